@@ -1,0 +1,123 @@
+"""Client CPU time per streamed token: roost's benchmark client against ``vllm bench serve``'s.
+
+Both clients stream the same workload from the same synthetic server
+(``tests/roost/bench/synthetic_server.py``, its own process, so its CPU is not counted): N
+concurrent chat streams of T tokens. CPU is the client process's ``time.process_time()`` around
+one run (roost: ``run_benchmark``; vLLM: one ``vllm bench serve`` round in a process that imported
+vLLM once, see ``roost/bench/reference.py``). Fixed per-run costs (dataset or prompt building,
+connections) cancel in the marginal figure, measured between a short and a long run of the
+same number of requests::
+
+    marginal CPU per token = (cpu(T_long) - cpu(T_short)) / (tokens(T_long) - tokens(T_short))
+
+Each figure is the median of ``--repeats`` runs. Usage::
+
+    .venv/bin/python benchmarks/bench_client_overhead.py [--streams 32,128] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from roost.bench.reference import VllmBenchServe  # noqa: E402
+from roost.bench.sweep import BenchSettings, run_benchmark  # noqa: E402
+
+SYNTHETIC = REPO / "tests" / "roost" / "bench" / "synthetic_server.py"
+KEY = "bench-overhead-key"
+
+
+def start_server(rate: float) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(SYNTHETIC), "--port", "0", "--tokens-per-s", str(rate), "--ttft-s", "0.05",
+         "--max-model-len", "100000"],
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ, SYNTHETIC_API_KEY=KEY),
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY "):
+        proc.kill()
+        raise SystemExit(f"synthetic server did not start: {line!r}")
+    return proc, f"http://127.0.0.1:{line.split()[1]}"
+
+
+def roost_run(url: str, streams: int, tokens: int) -> tuple[float, int]:
+    s = BenchSettings(prompt_lengths=[], concurrency=[streams], output_tokens=tokens, repeats=1, warmup=0,
+                      concurrency_prompt_tokens=64, metrics_poll_s=0)
+    c0 = time.process_time()
+    r = run_benchmark(url, "synthetic", s, api_key=KEY)
+    cpu = time.process_time() - c0
+    if r.failed or any(x.error for x in r.requests):
+        raise SystemExit(f"roost run failed: {r.errors or [x.error for x in r.requests if x.error][:3]}")
+    return cpu, sum(x.completion_tokens or 0 for x in r.requests)
+
+
+def vllm_run(vb: VllmBenchServe, url: str, tokenizer: Path, streams: int, tokens: int) -> tuple[float, int]:
+    argv = vb.chat_args(url, "synthetic", tokenizer, input_len=64, output_len=tokens, num_prompts=streams,
+                        max_concurrency=streams)
+    r = vb.run(argv)
+    if not r.ok or r.result.get("failed"):
+        raise SystemExit(f"vllm bench serve failed: {r.error or r.result.get('errors')}")
+    return r.cpu_s, int(r.value("total_output_tokens"))
+
+
+def marginal(samples: list[tuple[float, int, float, int]]) -> float:
+    return statistics.median((cl - cs) / (tl - ts) for cs, ts, cl, tl in samples) * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", default="32,128", help="concurrent streams, comma-separated")
+    ap.add_argument("--short", type=int, default=16, help="tokens per stream, short run")
+    ap.add_argument("--long", type=int, default=256, help="tokens per stream, long run")
+    ap.add_argument("--rate", type=float, default=20.0, help="tokens/s per stream")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    levels = [int(x) for x in args.streams.split(",")]
+
+    from roost.demo.model import generate_tiny_model
+
+    work = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    tokenizer = generate_tiny_model(work / "tiny")  # vllm bench serve's random dataset needs a tokenizer
+    proc, url = start_server(args.rate)
+    rows = []
+    try:
+        print("starting vllm bench serve (imports vLLM once) ...", file=sys.stderr)
+        with VllmBenchServe(api_key=KEY, result_dir=work / "vllm-bench") as vb:
+            roost_run(url, 4, 8)  # warm both clients up
+            vllm_run(vb, url, tokenizer, 4, 8)
+            for n in levels:
+                ours: list[tuple[float, int, float, int]] = []
+                theirs: list[tuple[float, int, float, int]] = []
+                for i in range(args.repeats):
+                    # interleaved, so that machine load drifts hit both alike
+                    ours.append((*roost_run(url, n, args.short), *roost_run(url, n, args.long)))
+                    theirs.append((*vllm_run(vb, url, tokenizer, n, args.short), *vllm_run(vb, url, tokenizer, n, args.long)))
+                    print(f"  {n} streams, round {i + 1}/{args.repeats} done", file=sys.stderr)
+                rows.append((n, marginal(ours), marginal(theirs),
+                             statistics.median(c / t for _, _, c, t in ours) * 1e6,
+                             statistics.median(c / t for _, _, c, t in theirs) * 1e6))
+    finally:
+        proc.terminate()
+        proc.wait()
+
+    print(f"\nclient CPU per streamed token ({args.rate:g} tok/s per stream; short {args.short}, long {args.long} tokens; "
+          f"median of {args.repeats})\n")
+    print("| streams | roost marginal µs/token | vllm bench serve marginal µs/token | ratio roost/vllm | "
+          "roost total µs/token (long run) | vllm total µs/token (long run) |")
+    print("|---|---|---|---|---|---|")
+    for n, ours_m, theirs_m, ours_t, theirs_t in rows:
+        print(f"| {n} | {ours_m:.1f} | {theirs_m:.1f} | {ours_m / theirs_m:.2f} | {ours_t:.1f} | {theirs_t:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

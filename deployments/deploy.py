@@ -1,0 +1,224 @@
+"""The deployments roost puts on a Prefect server, and an idempotent way to apply them.
+
+Per host ``<host>`` (one work queue each, in one ``process`` work pool):
+
+- ``land/<host>``: the whole pipeline. Parameters: profile (a choice of the known profiles),
+  revision, vllm_overrides, keep_serving, port, notify; ``host`` is fixed to the deployment's host
+  so a run always lands on the machine whose worker takes it.
+- ``rebenchmark/<host>``: benchmarks what the host serves, or lands the host's default profile
+  first (kept serving) when nothing is; scheduled nightly (cron, UTC by default).
+- ``audit/<host>``: download + audit + plan only, onto that host's disk.
+
+The code is deployed from this checkout (``LocalStorage``: the worker's flow-run process changes
+into the repo directory and loads the flow by file path), so no image is built; every Spark runs
+a worker from the same checkout path (``roost setup --source`` to deploy another path).
+
+Run with ``python -m deployments.deploy`` to apply the deployments alone (``roost setup`` does
+this and everything else).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from roost.hosts import HostProfile
+from roost.profiles import PROFILES, ModelProfile
+
+if TYPE_CHECKING:
+    from prefect.deployments.runner import RunnerDeployment
+
+DEFAULT_POOL = "roost-spark"
+DEFAULT_CRON = "0 3 * * *"
+DEFAULT_TIMEZONE = "UTC"
+HEARTBEAT_S = 30
+"""Flow runs of roost deployments emit a heartbeat this often (PREFECT_FLOWS_HEARTBEAT_FREQUENCY);
+the zombie automation ``roost setup`` creates marks a run crashed when they stop."""
+
+ENTRYPOINTS: dict[str, str] = {
+    "land": "flows/land.py:land",
+    "rebenchmark": "flows/rebenchmark.py:rebenchmark",
+    "audit": "flows/audit.py:audit",
+}
+
+DESCRIPTIONS: dict[str, str] = {
+    "land": "Land a model on {host}: download -> audit -> build -> serve -> health -> benchmark -> report.",
+    "rebenchmark": "Benchmark what {host} serves (or land the profile there first when nothing is); nightly.",
+    "audit": "Download, audit and plan a model for {host} (no server is started).",
+}
+
+PARAM_HELP: dict[str, str] = {
+    "profile": "Model profile: a built-in or a saved model-profile block (re-run `roost setup` to list new ones).",
+    "revision": "Branch, tag or commit to land (empty: the profile's revision).",
+    "host": "The host this deployment serves on (fixed: one deployment per host and work queue).",
+    "vllm_overrides": "Extra vLLM arguments appended last, e.g. [\"--max-num-seqs\", \"8\"].",
+    "keep_serving": "Leave the server running after the run (rebenchmark then measures it nightly).",
+    "port": "Port for the vLLM server (empty: a free one).",
+    "notify": "Send the Slack notification if Slack is configured.",
+}
+
+Status = Literal["created", "updated", "unchanged"]
+
+
+def repo_root() -> Path:
+    """The checkout the deployments load their flows from."""
+    return Path(__file__).resolve().parents[1]
+
+
+def default_profile(host: HostProfile, profiles: dict[str, ModelProfile]) -> str:
+    """The profile a host's deployments default to: the first that targets it, else one of its kind."""
+    for name, p in profiles.items():
+        if p.host == host.name:
+            return name
+    kind = "spark" if host.accelerator == "gpu" else "cpu"
+    for name, p in PROFILES.items():
+        if p.host == kind:
+            return name
+    return "local"
+
+
+def _tune_schema(schema: dict[str, Any], profile_names: list[str], defaults: dict[str, Any]) -> None:
+    """Give the UI form choices, help and this deployment's defaults: profile names as an enum."""
+    props: dict[str, Any] = schema.get("properties", {})
+    for name, help_text in PARAM_HELP.items():
+        if name in props:
+            props[name].setdefault("description", help_text)
+    for name, value in defaults.items():
+        if name in props:
+            props[name]["default"] = value
+    prof = props.get("profile")
+    if prof is None:
+        return
+    if "anyOf" in prof:
+        prof["anyOf"] = [({**s, "enum": profile_names} if s.get("type") == "string" else s) for s in prof["anyOf"]]
+    else:
+        prof["enum"] = profile_names
+
+
+def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: dict[str, ModelProfile],
+                     source: Path | None = None, cron: str | None = None, timezone: str = DEFAULT_TIMEZONE,
+                     entrypoint: str | None = None, parameters: dict[str, Any] | None = None) -> RunnerDeployment:
+    """The deployment ``<flow_name>/<host>`` on work queue ``<host>`` of ``pool``, loaded from ``source``."""
+    from prefect.deployments.runner import RunnerDeployment
+    from prefect.runner.storage import LocalStorage
+    from prefect.schedules import Cron
+    from prefect.utilities.annotations import freeze
+
+    params: dict[str, Any] = {"host": freeze(host.name)}
+    if flow_name in ("land", "audit", "rebenchmark"):
+        params["profile"] = default_profile(host, profiles)
+    params |= parameters or {}
+    dep = cast("RunnerDeployment", RunnerDeployment.from_storage(
+        storage=LocalStorage(str(source or repo_root())),
+        entrypoint=entrypoint or ENTRYPOINTS[flow_name],
+        name=host.name,
+        parameters=params,
+        schedule=Cron(cron, timezone=timezone) if cron else None,
+        description=DESCRIPTIONS.get(flow_name, "{host}").format(host=host.name),
+        tags=["roost", f"host:{host.name}"],
+        work_pool_name=pool,
+        work_queue_name=host.name,
+        job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}},
+        enforce_parameter_schema=True,
+        _sync=True,  # type: ignore[call-arg]
+    ))
+    schema = dep._parameter_openapi_schema.model_dump(exclude_unset=True)
+    _tune_schema(schema, sorted(profiles), dep.model_dump(mode="json", include={"parameters"})["parameters"])
+    dep._parameter_openapi_schema = type(dep._parameter_openapi_schema).model_validate(schema)
+    return dep
+
+
+def build_deployments(hosts: list[HostProfile], *, pool: str, profiles: dict[str, ModelProfile],
+                      source: Path | None = None, cron: str | None = DEFAULT_CRON,
+                      timezone: str = DEFAULT_TIMEZONE) -> list[RunnerDeployment]:
+    """``land``, ``rebenchmark`` (scheduled with ``cron`` unless None) and ``audit`` for every host."""
+    out: list[RunnerDeployment] = []
+    for h in hosts:
+        out.append(build_deployment("land", h, pool=pool, profiles=profiles, source=source))
+        out.append(build_deployment("rebenchmark", h, pool=pool, profiles=profiles, source=source, cron=cron,
+                                    timezone=timezone))
+        out.append(build_deployment("audit", h, pool=pool, profiles=profiles, source=source))
+    return out
+
+
+def _desired(dep: RunnerDeployment) -> dict[str, Any]:
+    pull = dep.storage.to_pull_step() if dep.storage else None
+    return {
+        "entrypoint": dep.entrypoint,
+        "pull_steps": (pull if isinstance(pull, list) else [pull]) if pull else None,
+        "parameters": dep.model_dump(mode="json", include={"parameters"})["parameters"],
+        "parameter_openapi_schema": dep._parameter_openapi_schema.model_dump(exclude_unset=True),
+        "work_pool_name": dep.work_pool_name,
+        "work_queue_name": dep.work_queue_name,
+        "job_variables": dep.job_variables,
+        "tags": sorted(dep.tags),
+        "description": dep.description,
+        "version": dep.version,
+        "enforce_parameter_schema": dep.enforce_parameter_schema,
+        "paused": bool(dep.paused),
+        "schedules": sorted(_schedule_key(s.schedule, s.active) for s in dep.schedules or []),
+    }
+
+
+def _schedule_key(schedule: Any, active: bool | None) -> tuple[str, str, bool]:
+    return (str(getattr(schedule, "cron", schedule)), str(getattr(schedule, "timezone", "")), bool(active))
+
+
+def _current(existing: Any) -> dict[str, Any]:
+    return {
+        "entrypoint": existing.entrypoint,
+        "pull_steps": existing.pull_steps,
+        "parameters": existing.parameters,
+        "parameter_openapi_schema": existing.parameter_openapi_schema,
+        "work_pool_name": existing.work_pool_name,
+        "work_queue_name": existing.work_queue_name,
+        "job_variables": existing.job_variables,
+        "tags": sorted(existing.tags),
+        "description": existing.description,
+        "version": existing.version,
+        "enforce_parameter_schema": existing.enforce_parameter_schema,
+        "paused": bool(existing.paused),
+        "schedules": sorted(_schedule_key(s.schedule, s.active) for s in existing.schedules),
+    }
+
+
+def apply_deployment(dep: RunnerDeployment) -> tuple[Status, list[str]]:
+    """Create or update ``dep`` only where it differs from what the server holds.
+
+    Returns the status and the names of the fields that differed (empty when unchanged). An
+    unchanged deployment is not written at all, so its schedule and scheduled runs stay as they are.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    version_info = dep._get_deployment_version_info(dep.version_type)
+    want = _desired(dep)
+    with get_client(sync_client=True) as client:
+        try:
+            existing = client.read_deployment_by_name(dep.full_name)
+        except ObjectNotFound:
+            existing = None
+        if existing is not None:
+            have = _current(existing)
+            changed = sorted(k for k in want if want[k] != have[k])
+            if not changed:
+                return "unchanged", []
+        dep.apply(version_info=version_info, _sync=True)  # type: ignore[call-arg]
+        if existing is not None and not want["schedules"]:
+            for s in existing.schedules:  # apply() keeps old schedules when the new list is empty
+                client.delete_deployment_schedule(existing.id, s.id)
+    return ("created", []) if existing is None else ("updated", changed)
+
+
+def main() -> None:  # pragma: no cover (a thin entry point; roost setup is the tested path)
+    """Apply the deployments for the built-in hosts to the server at PREFECT_API_URL."""
+    from blocks.resolve import all_profiles, load_host
+
+    profiles = all_profiles()
+    for dep in build_deployments([load_host("spark"), load_host("cpu")], pool=DEFAULT_POOL, profiles=profiles):
+        status, changed = apply_deployment(dep)
+        print(f"{status:<10} {dep.full_name} {' '.join(changed)}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,251 @@
+"""The ``land`` flow: a checkpoint on the Hub -> a measured vLLM server, top to bottom.
+
+    download -> integrity audit (+ KV plan) -> container build -> serve -> health-wait
+             -> benchmark -> report (+ Slack)
+
+Every stage is one task in ``tasks/<stage>.py``; this file only chains them, times them into
+the run record, and guarantees the teardown: the server it started is stopped whatever happened
+(unless ``keep_serving``), and a report is written for failed runs too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.context import get_run_context
+from pydantic import SecretStr
+
+import roost
+from roost.errors import RoostError, StageFailed
+from roost.hosts import HostProfile
+from roost.net import free_port
+from roost.profiles import ModelProfile
+from roost.records import RunMeta, RunRecord, StageTiming
+from roost.serve.base import ServeSpec
+from roost.settings import roost_home
+
+MAX_COLD_LOAD_ATTEMPTS = 3
+
+
+@contextlib.contextmanager
+def _stage(record: RunRecord, name: str) -> Iterator[StageTiming]:
+    """Time one stage into ``record.stages``; a failure marks the run failed at this stage."""
+    timing = StageTiming(stage=name, seconds=0.0)
+    t0 = time.perf_counter()
+    try:
+        yield timing
+    except BaseException as exc:
+        timing.status = "failed"
+        if record.status != "failed":
+            record.status, record.failed_stage = "failed", name
+            record.failure_message = str(exc) or type(exc).__name__
+        raise
+    finally:
+        timing.seconds = time.perf_counter() - t0
+        record.stages.append(timing)
+
+
+def _api_key() -> SecretStr:
+    """The key vLLM requires: ``VLLM_API_KEY`` if set, else the ``roost-vllm-api-key`` Secret block
+    if saved, else a fresh one for this run only. Never logged."""
+    from blocks.resolve import load_vllm_api_key
+
+    return load_vllm_api_key() or SecretStr(secrets.token_urlsafe(24))
+
+
+def _checkpoint_dir(prof: ModelProfile) -> Path:
+    return roost_home() / "models" / prof.repo_id.replace("/", "--")
+
+
+@flow(name="land", flow_run_name="land-{profile}", log_prints=False)
+def land(
+    profile: str = "local",
+    revision: str | None = None,
+    host: str | None = None,
+    vllm_overrides: list[str] | None = None,
+    keep_serving: bool = False,
+    port: int | None = None,
+    notify: bool = True,
+) -> dict[str, Any]:
+    """Land ``profile`` on ``host`` and measure it. Returns the run record (as JSON-able dict)."""
+    from roost.bench.sweep import BenchFailed
+    from roost.store import append_requests
+    from tasks.audit import audit_task, plan_task
+    from tasks.benchmark import benchmark_task
+    from tasks.download import download_task
+    from tasks.health import health_wait_task
+    from tasks.local_hub import local_hub_task
+    from tasks.notify import notify_task
+    from tasks.report import report_task
+    from tasks.serve import serve_process_task
+
+    logger = get_run_logger()
+    from blocks.resolve import load_host, load_profile
+
+    prof = load_profile(profile)  # a saved model-profile block document wins over the built-in
+    host_p: HostProfile = load_host(host or prof.host)
+    api_key = _api_key()
+    ctx = get_run_context()
+    record = RunRecord(meta=RunMeta(
+        roost_version=roost.__version__, profile=prof.name, repo_id=prof.repo_id,
+        revision=revision or prof.revision, commit="", served_model_name=prof.served_model_name,
+        host=host_p.name, backend=host_p.backend,
+        prefect_flow_run_id=str(getattr(getattr(ctx, "flow_run", None), "id", "")),
+    ))
+    mirror = None
+    server = None
+    try:
+        # 1. download (+ integrity): cached by resolved commit and file fingerprints
+        with _stage(record, "download") as st:
+            endpoint = None
+            if prof.demo:
+                mirror = local_hub_task(prof)
+                endpoint = mirror.endpoint
+            dl = download_task(prof, record.meta.revision, str(_checkpoint_dir(prof)), endpoint=endpoint)
+            record.meta.commit = dl["commit"]
+            st.cached = bool(dl["cached"])
+            model_dir = Path(dl["local_dir"])
+
+        # 2. audit + plan: header-only; decides vLLM's arguments before any server starts
+        with _stage(record, "audit") as st:
+            record.audit = audit_task(str(model_dir), host_p.name)
+            record.plan = plan_task(str(model_dir), host_p.name, prof.model_dump())
+            record.decode_ceiling_tok_s = record.audit.get("decode_ceiling_tok_s")
+            errors = [f for f in record.audit.get("findings", []) if f.get("severity") == "error"]
+            if errors:
+                raise StageFailed("audit", "; ".join(f"{f['code']}: {f['message']}" for f in errors))
+            vllm_args = [*record.plan.get("vllm_args", []), *prof.vllm_overrides, *(vllm_overrides or [])]
+            record.meta.vllm_args = vllm_args
+
+        # 3. container build: the process backend serves from the vLLM venv, no image
+        with _stage(record, "build") as st:
+            st.status, st.note = "skipped", "process backend: vLLM runs from the vLLM venv; no image to build"
+            logger.info("build skipped: host %s uses the process backend", host_p.name)
+
+        # 4+5. serve and health-wait; a failed cold load is classified and retried only if it can succeed
+        spec = ServeSpec(model_dir=model_dir, served_model_name=prof.served_model_name,
+                         port=port or free_port(), vllm_args=vllm_args)
+        server = _serve_until_healthy(record, spec, host_p, prof, api_key, serve_process_task, health_wait_task)
+
+        # 6. benchmark
+        with _stage(record, "benchmark"):
+            try:
+                bench = benchmark_task(server.base_url, prof.served_model_name, prof.bench, api_key)
+            except BenchFailed as exc:  # the server died mid-sweep: keep every row measured before
+                record.points = exc.result.points
+                append_requests(record.meta, exc.result.request_rows())
+                raise
+            record.points = bench.points
+            append_requests(record.meta, bench.request_rows())
+    except RoostError as exc:
+        logger.error("run failed at %s: %s", record.failed_stage or "setup", exc)
+    finally:
+        if server is not None and not keep_serving:
+            server.stop()
+            logger.info("server stopped")
+        if mirror is not None:
+            mirror.stop()
+        # 7. report (failed runs too) and notify
+        with _stage(record, "report"):
+            report = report_task(record)
+            record.report_path = str(report.markdown or "")
+        if notify:
+            notify_task(record, report)
+    if record.status == "failed":
+        raise StageFailed(record.failed_stage or "land", record.failure_message)
+    logger.info("report: %s", record.report_path)
+    return record.model_dump(mode="json")
+
+
+def _with_kv_pool(args: list[str], pool_bytes: int) -> list[str]:
+    """``args`` with ``--kv-cache-memory-bytes`` set to ``pool_bytes`` (replacing any earlier value)."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a == "--kv-cache-memory-bytes":
+            skip = True
+            continue
+        if a.startswith("--kv-cache-memory-bytes="):
+            continue
+        out.append(a)
+    return [*out, "--kv-cache-memory-bytes", str(pool_bytes)]
+
+
+def _serve_until_healthy(record: RunRecord, spec: ServeSpec, host_p: HostProfile, prof: ModelProfile,
+                         api_key: SecretStr, serve_task: Any, health_task: Any) -> Any:
+    """Start the server and wait for it; classify a failed cold load and retry only what can succeed.
+
+    Transient classes (timeouts, OOM from a server still exiting, port races) are retried with
+    backoff; deterministic ones fail at once with the remediation, except a KV pool too small for
+    one request, which is raised to what vLLM said it needs and tried once more.
+    """
+    from roost.serve.diagnose import diagnose
+    from roost.serve.health import HealthTimeout
+    from roost.serve.vllm_log import parse_vllm_log
+
+    logger = get_run_logger()
+    timeout = prof.health_timeout_s or host_p.health_timeout_s
+    autofixed = False
+    for attempt in range(1, MAX_COLD_LOAD_ATTEMPTS + 1):
+        t0 = time.perf_counter()
+        with _stage(record, "serve"):
+            server = serve_task(spec, api_key, host_p.name)
+        try:
+            with _stage(record, "health-wait"):
+                health = health_task(server, api_key, timeout)
+        except StageFailed as exc:
+            timed_out = isinstance(exc, HealthTimeout)
+            log = server.logs()
+            server.stop()
+            diag = diagnose(log, server.exit_code(), timed_out=timed_out)
+            entry: dict[str, Any] = {"attempt": attempt, "ok": False, "seconds": round(time.perf_counter() - t0, 2),
+                                     "vllm_args": list(spec.vllm_args)}
+            if diag is not None:
+                entry |= {"failure_class": diag.failure_class, "retryable": diag.retryable,
+                          "remediation": diag.remediation, "evidence": diag.evidence}
+                record.failure_class, record.remediation = diag.failure_class, diag.remediation
+            record.serve.attempts.append(entry)
+            logger.error("cold load attempt %d failed: %s", attempt,
+                         f"{diag.failure_class}: {diag.evidence}" if diag else exc)
+            if diag is not None and diag.failure_class == "kv_pool_too_small" and diag.suggested_kv_cache_bytes \
+                    and not autofixed and attempt < MAX_COLD_LOAD_ATTEMPTS:
+                autofixed = True
+                spec = spec.model_copy(update={"vllm_args": _with_kv_pool(spec.vllm_args, diag.suggested_kv_cache_bytes)})
+                record.meta.vllm_args = spec.vllm_args
+                logger.warning("raising the KV pool to %d bytes (what vLLM said one request needs) and retrying",
+                               diag.suggested_kv_cache_bytes)
+                continue
+            if diag is None or not diag.retryable or attempt == MAX_COLD_LOAD_ATTEMPTS:
+                raise
+            backoff = min(60.0, 5.0 * 2 ** (attempt - 1))
+            logger.warning("retrying the cold load in %.0f s (%s is transient)", backoff, diag.failure_class)
+            time.sleep(backoff)
+            continue
+        facts = parse_vllm_log(server.logs())
+        obs = record.serve
+        obs.predicted_kv_cache_tokens = record.plan.get("kv_cache_tokens")
+        obs.predicted_max_concurrency = record.plan.get("max_concurrency")
+        obs.logged_kv_cache_tokens = facts.kv_cache_tokens
+        obs.logged_max_concurrency = facts.max_concurrency
+        obs.logged_block_size = facts.attention_block_size
+        obs.start_to_healthy_s = health.completion_ok_s
+        obs.health_detect_delay_s = health.detect_delay_s
+        marks = {m.name: m.at_s for m in health.milestones}
+        if "weights loaded" in marks:
+            obs.load_s = marks["weights loaded"]
+            end = marks.get("API server up", health.health_ok_s)
+            obs.compile_s = max(0.0, end - marks["weights loaded"])
+            obs.ready_s = max(0.0, health.completion_ok_s - end)
+        obs.attempts.append({"attempt": attempt, "ok": True, "seconds": round(time.perf_counter() - t0, 2),
+                             "vllm_args": list(spec.vllm_args)})
+        return server
+    raise StageFailed("serve", "no cold-load attempt left")  # pragma: no cover (loop always returns or raises)

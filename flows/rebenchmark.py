@@ -1,0 +1,181 @@
+"""The ``rebenchmark`` flow (scheduled nightly by ``roost setup``): benchmark what a host serves.
+
+1. Find the server roost runs on the host from roost's own records (``roost.serve.discover``:
+   process-backend state files, or containers labelled ``ai.roost.managed=true``).
+2. None: land a profile there first (``land`` with ``keep_serving=True``; it benchmarks too) and
+   return its record.
+3. One: work out its profile (by served model name, or the ``profile`` given), find its key (the
+   state file says where: ``VLLM_API_KEY`` or the ``roost-vllm-api-key`` Secret block; the key is
+   never stored), and benchmark it. Finding and measuring happen under the host's serving slot
+   (``roost-serve-<host>``), so no ``land`` replaces the server in between. The record inherits
+   the identity (commit, image, vLLM args, audit, plan) of the stored ``land`` run that started
+   the server, so the regression check compares like with like; it is reported and stored like
+   any run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.context import get_run_context
+from pydantic import SecretStr
+
+import roost
+from roost.errors import RoostError, StageFailed, UserError
+from roost.hosts import HostProfile
+from roost.profiles import ModelProfile
+from roost.records import RunMeta, RunRecord, StageTiming
+from roost.serve.discover import ServingServer, probe, serving_on
+
+
+@task(name="find-server", cache_policy=NO_CACHE, persist_result=False)
+def find_server_task(host: HostProfile) -> list[ServingServer]:
+    """The servers roost runs on ``host`` (normally zero or one), oldest first."""
+    found = serving_on(host)
+    logger = get_run_logger()
+    for s in found:
+        logger.info("host %s serves %s at %s (%s, since %s)", host.name, s.served_model_name, s.base_url,
+                    f"pid {s.pid}" if s.pid else f"container {s.container}", s.started_at)
+    if not found:
+        logger.info("host %s serves nothing roost started", host.name)
+    return found
+
+
+@flow(name="rebenchmark", flow_run_name="rebenchmark-{host}")
+def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = True) -> dict[str, Any]:
+    """Benchmark the model ``host`` is serving, or land ``profile`` there first (kept serving) when none is."""
+    from blocks.resolve import load_host
+    from flows.land import land
+    from tasks.serve import ensure_host_limit, host_slot
+
+    logger = get_run_logger()
+    host_p = load_host(host)
+    ensure_host_limit(host_p.name)
+    # Under the host's serving slot, so no land replaces the server between finding and measuring it.
+    with host_slot(host_p.name):
+        found = find_server_task(host_p)
+        if found:
+            return _benchmark_serving(found, host_p, profile, notify)
+    prof_name = profile or _default_profile(host_p.name)
+    logger.info("nothing is serving on %s: landing %s there first (keep_serving)", host_p.name, prof_name)
+    result: dict[str, Any] = land(profile=prof_name, host=host_p.name, keep_serving=True, notify=notify)
+    return result
+
+
+def _benchmark_serving(found: list[ServingServer], host_p: HostProfile, profile: str | None,
+                       notify: bool) -> dict[str, Any]:
+    """Benchmark the newest of ``found``, report and notify like ``land`` does."""
+    from flows.land import _stage
+    from tasks.benchmark import benchmark_task
+    from tasks.notify import notify_task
+    from tasks.report import report_task
+
+    logger = get_run_logger()
+    if len(found) > 1:
+        logger.warning("host %s runs %d roost servers; benchmarking the newest", host_p.name, len(found))
+    server = found[-1]
+    prof = _profile_for(server, profile)
+    api_key = _server_key(server)
+    record = _record_for(server, prof, host_p)
+    note = (f"already serving since {server.started_at:%Y-%m-%d %H:%M:%S} UTC" if server.started_at else "already serving")
+    record.stages.append(StageTiming(stage="serve", seconds=0.0, status="skipped",
+                                     note=f"{note} ({f'pid {server.pid}' if server.pid else server.container})"))
+    try:
+        with _stage(record, "benchmark"):
+            bench = benchmark_task(server.base_url, server.served_model_name, prof.bench, api_key)
+            record.points = bench.points
+    except RoostError as exc:
+        logger.error("rebenchmark failed at %s: %s", record.failed_stage or "setup", exc)
+    finally:
+        with _stage(record, "report"):
+            report = report_task(record)
+            record.report_path = str(report.markdown or "")
+        if notify:
+            notify_task(record, report)
+    if record.status == "failed":
+        raise StageFailed(record.failed_stage or "rebenchmark", record.failure_message)
+    logger.info("report: %s", record.report_path)
+    return record.model_dump(mode="json")
+
+
+def _default_profile(host_name: str) -> str:
+    """The one profile that targets ``host_name``; an error naming the candidates when it is ambiguous."""
+    from blocks.resolve import all_profiles
+
+    candidates = sorted(name for name, p in all_profiles().items() if p.host == host_name)
+    if len(candidates) == 1:
+        return candidates[0]
+    choices = ", ".join(candidates) if candidates else "none target this host"
+    raise UserError(f"nothing is serving on host {host_name} and no profile was given: pass profile= to land "
+                    f"one first ({choices})")
+
+
+def _profile_for(server: ServingServer, profile: str | None) -> ModelProfile:
+    """The profile of what ``server`` serves: ``profile`` if given (it must match), else by served model name."""
+    from blocks.resolve import all_profiles, load_profile
+
+    if profile is not None:
+        prof = load_profile(profile)
+        if prof.served_model_name != server.served_model_name:
+            raise UserError(f"host {server.host} serves {server.served_model_name!r}, not profile {prof.name}'s "
+                            f"{prof.served_model_name!r}: omit profile= to benchmark what runs, or run land to replace it")
+        return prof
+    matches = [p for p in all_profiles().values() if p.served_model_name == server.served_model_name]
+    matches.sort(key=lambda p: (p.host != server.host, p.name))
+    if not matches:
+        raise UserError(f"no profile serves the model name {server.served_model_name!r} running on {server.host}: "
+                        "pass profile= (or save a model-profile block for it)")
+    return matches[0]
+
+
+def _server_key(server: ServingServer) -> SecretStr:
+    """The key ``server`` accepts, from where its state says (or the configured one); never logged."""
+    from blocks.resolve import VLLM_API_KEY_BLOCK, load_vllm_api_key
+
+    configured = load_vllm_api_key()
+    candidates: list[SecretStr] = [] if server.api_key_ref == "none" else ([configured] if configured else [])
+    candidates.append(SecretStr(""))
+    outcomes = []
+    for key in candidates:
+        outcome = probe(server, key.get_secret_value() or None)
+        if outcome == "ok":
+            return key
+        outcomes.append(outcome)
+    if "unreachable" in outcomes:
+        raise StageFailed("benchmark", f"the server at {server.base_url} does not answer /v1/models")
+    if "wrong-model" in outcomes:
+        raise StageFailed("benchmark", f"the server at {server.base_url} no longer lists {server.served_model_name!r}")
+    raise UserError(f"the server at {server.base_url} requires an API key roost does not know (it was started with a "
+                    f"one-off key): set VLLM_API_KEY on the worker or save it as the Secret block {VLLM_API_KEY_BLOCK}, "
+                    "and land with keep_serving again")
+
+
+def _record_for(server: ServingServer, prof: ModelProfile, host_p: HostProfile) -> RunRecord:
+    """A new record carrying the identity of the stored land run that started ``server`` (if stored)."""
+    from roost.store import load_records
+
+    ctx = get_run_context()
+    base: RunRecord | None = None
+    slack = dt.timedelta(minutes=5)
+    for rec in reversed(load_records(model=prof.repo_id, host=host_p.name)):
+        if rec.status != "completed" or rec.meta.served_model_name != server.served_model_name:
+            continue
+        if server.started_at is None or rec.meta.started_at <= server.started_at + slack:
+            base = rec
+            break
+    meta = RunMeta(
+        roost_version=roost.__version__, profile=prof.name, repo_id=prof.repo_id,
+        revision=base.meta.revision if base else prof.revision, commit=base.meta.commit if base else "",
+        served_model_name=server.served_model_name, host=host_p.name, backend=server.backend,
+        image=base.meta.image if base else "", image_digest=base.meta.image_digest if base else "",
+        vllm_version=base.meta.vllm_version if base else "", vllm_args=list(base.meta.vllm_args) if base else [],
+        prefect_flow_run_id=str(getattr(getattr(ctx, "flow_run", None), "id", "")),
+    )
+    if base is None:
+        get_run_logger().warning("no stored land run of %s on %s found: the record has no commit, so the regression "
+                                 "check cannot compare it", prof.repo_id, host_p.name)
+        return RunRecord(meta=meta)
+    return RunRecord(meta=meta, audit=base.audit, plan=base.plan, decode_ceiling_tok_s=base.decode_ceiling_tok_s)

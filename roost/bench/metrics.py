@@ -1,0 +1,283 @@
+"""Every number roost's benchmark reports, defined once, over one record per request.
+
+This module is the single definition. The client (``roost/bench/client.py``) only records
+timestamps and counts into a :class:`RequestRecord`; the sweeps (``roost/bench/sweep.py``) only
+group records into steps and points. Everything computed from them is a pure function here,
+with one test each in ``tests/roost/bench/test_bench_metrics.py``.
+
+Timestamps are ``time.perf_counter()`` seconds taken by the client. A *token chunk* is a
+streamed ``chat.completion.chunk`` whose first choice's ``delta`` carries generated output:
+non-empty ``content``/``reasoning``/``reasoning_content`` text or ``tool_calls``, or a ``content``
+key with an empty string and no ``role`` (vLLM sends those for tokens that end inside a multi-byte
+UTF-8 character). The first chunk of a vLLM stream, ``{"role": "assistant", "content": ""}``, is
+not a token chunk, nor is a bare ``{}`` delta that only carries ``finish_reason``, nor the final
+usage chunk (``choices: []``).
+
+Per request
+-----------
+========================  ==================================================================
+name (vllm bench serve)   definition
+========================  ==================================================================
+``ttft``                  ``t_first - t_sent``: request sent -> first token chunk.
+``e2el``                  ``t_last - t_sent``: request sent -> last token chunk (as vLLM:
+                          the trailing usage chunk and ``[DONE]`` carry no token).
+``tpot``                  ``(t_last - t_first) / (completion_tokens - 1)``: time per output
+                          token after the first. Needs at least 2 tokens.
+``itl``                   every gap between consecutive token chunks of a request (a
+                          distribution; a chunk carrying several tokens, e.g. with speculative
+                          decoding, is one gap).
+decode tok/s              ``(completion_tokens - 1) / (t_last - t_first)`` = ``1 / tpot``: the
+                          per-request (per-user) decode rate the seeds publish.
+``completion_tokens``     from the server's streamed usage (``stream_options.include_usage``);
+                          when the stream carries no usage, the number of token chunks, and the
+                          record is marked ``usage_missing`` (a lower bound if chunks merged
+                          tokens).
+========================  ==================================================================
+
+Per step (a set of requests sent together, timed from the first send to the last completion)
+--------------------------------------------------------------------------------------------
+========================  ==================================================================
+``output_throughput``     total ``completion_tokens`` of the completed requests / wall time of
+                          the step (aggregate output tok/s).
+``request_throughput``    completed requests / wall time of the step (request rate).
+========================  ==================================================================
+
+Percentiles are linear interpolation between closest ranks (``numpy.percentile``'s default, which
+``vllm bench serve`` uses); p50 is the median. Only completed requests (no error) enter the
+distributions, as in ``vllm bench serve``; failed ones are counted in ``errors``.
+
+Where other tools name or define things differently
+----------------------------------------------------
+=====================  ===========================  ======================================
+roost / vLLM           aiperf                       guidellm
+=====================  ===========================  ======================================
+``ttft``               ``time_to_first_token``      ``time_to_first_token_ms``
+``tpot``               ``inter_token_latency``      ``inter_token_latency_ms`` (guidellm's
+                       (aiperf's ITL is this         ``time_per_output_token_ms`` is
+                       per-request average)          different: it *includes* the first
+                                                     token, ``e2el / completion_tokens``)
+``itl`` (per gap)      ``inter_chunk_latency``      not kept (only first/last token times)
+``e2el``               ``request_latency``          ``request_latency`` (seconds)
+decode tok/s           ``output_token_throughput_   no name; ``1000 / inter_token_latency_ms``
+                       per_user``
+``output_throughput``  ``output_token_throughput``  ``output_tokens_per_second``
+``request_throughput`` ``request_throughput``       ``requests_per_second``
+=====================  ===========================  ======================================
+
+vLLM stamps TTFT at the first chunk that has ``choices`` (the role chunk); in vLLM's server the
+role chunk and the first token are written back to back, so the two agree to microseconds — the
+side-by-side test in ``tests/roost/bench/test_bench_vs_vllm.py`` checks it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Phase = Literal["warmup", "prompt_length", "concurrency", "probe"]
+ErrorKind = Literal["http", "stream_error", "cut", "timeout", "connect", "protocol", "client"]
+
+
+class RequestRecord(BaseModel):
+    """What the client saw of one streamed chat completion. All times are ``perf_counter`` seconds."""
+
+    request_id: str
+    phase: Phase = "prompt_length"
+    point: int = Field(default=-1, description="Index of the point in the run's plan; -1 for warm-up.")
+    repeat: int = 0
+    concurrency: int = 1
+    prompt_tokens_target: int | None = None
+    max_tokens: int = 0
+    t_sent: float
+    t_first: float | None = Field(default=None, description="First token chunk (not the role chunk).")
+    t_last: float | None = Field(default=None, description="Last token chunk.")
+    t_end: float | None = Field(default=None, description="Response closed (after usage and [DONE]).")
+    token_times: list[float] = Field(default_factory=list, description="Arrival of every token chunk.")
+    completion_tokens: int | None = Field(default=None, description="From usage; chunk count if usage_missing.")
+    prompt_tokens: int | None = Field(default=None, description="From usage.")
+    usage_missing: bool = False
+    finish_reason: str | None = None
+    status_code: int | None = None
+    error: str = ""
+    error_kind: ErrorKind | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Completed: no error, a first token, and a token count."""
+        return not self.error and self.t_first is not None and self.completion_tokens is not None
+
+
+class Distribution(BaseModel):
+    """Summary of a sample; every statistic is None for an empty sample."""
+
+    count: int = 0
+    mean: float | None = None
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+# --- per request ------------------------------------------------------------------------------
+
+
+def ttft(r: RequestRecord) -> float | None:
+    """Time to first token: request sent -> first token chunk (s)."""
+    if r.t_first is None:
+        return None
+    return r.t_first - r.t_sent
+
+
+def e2el(r: RequestRecord) -> float | None:
+    """End-to-end latency: request sent -> last token chunk (s)."""
+    if r.t_last is None:
+        return None
+    return r.t_last - r.t_sent
+
+
+def output_tokens(r: RequestRecord) -> int | None:
+    """Generated tokens: usage ``completion_tokens``, or the token-chunk count when usage is missing."""
+    if r.completion_tokens is not None:
+        return r.completion_tokens
+    return len(r.token_times) or None
+
+
+def tpot(r: RequestRecord) -> float | None:
+    """Time per output token after the first: ``(t_last - t_first) / (completion_tokens - 1)`` (s)."""
+    n = output_tokens(r)
+    if n is None or n < 2 or r.t_first is None or r.t_last is None or r.t_last <= r.t_first:
+        return None
+    return (r.t_last - r.t_first) / (n - 1)
+
+
+def decode_tok_s(r: RequestRecord) -> float | None:
+    """Per-request decode rate: ``(completion_tokens - 1) / (t_last - t_first)`` (tok/s)."""
+    t = tpot(r)
+    return None if t is None else 1.0 / t
+
+
+def itl(r: RequestRecord) -> list[float]:
+    """Inter-token latencies: the gaps between consecutive token chunks (s)."""
+    ts = r.token_times
+    return [b - a for a, b in itertools.pairwise(ts)]
+
+
+# --- per step ---------------------------------------------------------------------------------
+
+
+def completed(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """The requests that count in distributions and throughputs."""
+    return [r for r in records if r.ok]
+
+
+def output_throughput(records: Sequence[RequestRecord], wall_s: float) -> float | None:
+    """Aggregate output tok/s: completion tokens of completed requests / wall time of the step."""
+    if wall_s <= 0:
+        return None
+    done = completed(records)
+    if not done:
+        return None
+    return sum(output_tokens(r) or 0 for r in done) / wall_s
+
+
+def request_throughput(records: Sequence[RequestRecord], wall_s: float) -> float | None:
+    """Request rate: completed requests / wall time of the step (req/s)."""
+    if wall_s <= 0:
+        return None
+    done = completed(records)
+    return len(done) / wall_s if done else None
+
+
+# --- statistics -------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The ``p``-th percentile (0-100) by linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile p={p} is outside 0..100")
+    xs = sorted(values)
+    rank = p / 100 * (len(xs) - 1)
+    lo = math.floor(rank)
+    hi = math.ceil(rank)
+    return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
+
+
+def median(values: Sequence[float]) -> float | None:
+    """p50."""
+    return percentile(values, 50)
+
+
+def summarize(values: Iterable[float | None]) -> Distribution:
+    """count, mean, median (p50), min, max, p90, p99 of the non-None values."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return Distribution()
+    return Distribution(
+        count=len(xs),
+        mean=sum(xs) / len(xs),
+        median=percentile(xs, 50),
+        min=min(xs),
+        max=max(xs),
+        p90=percentile(xs, 90),
+        p99=percentile(xs, 99),
+    )
+
+
+# --- points -----------------------------------------------------------------------------------
+
+
+class Step(BaseModel):
+    """Requests sent together and the wall time from the first send to the last completion."""
+
+    records: list[RequestRecord]
+    wall_s: float
+
+
+class PointStats(BaseModel):
+    """What a point (a prompt length or a concurrency level) reports, over its repeated steps.
+
+    Per-request metrics pool the completed requests of every repeat; per-step metrics (the
+    throughputs) are one value per repeat, summarised as median/min/max over the repeats.
+    """
+
+    requests: int
+    errors: int
+    usage_missing: int
+    ttft: Distribution
+    tpot: Distribution
+    itl: Distribution
+    e2el: Distribution
+    decode_tok_s: Distribution
+    prompt_tokens: Distribution
+    output_tokens: Distribution
+    output_throughput: Distribution
+    request_throughput: Distribution
+    wall_s: Distribution
+
+
+def point_stats(steps: Sequence[Step]) -> PointStats:
+    """Aggregate the repeats of one point (see :class:`PointStats`)."""
+    records = [r for s in steps for r in s.records]
+    done = completed(records)
+    return PointStats(
+        requests=len(records),
+        errors=sum(1 for r in records if r.error),
+        usage_missing=sum(1 for r in records if r.usage_missing),
+        ttft=summarize(ttft(r) for r in done),
+        tpot=summarize(tpot(r) for r in done),
+        itl=summarize(g for r in done for g in itl(r)),
+        e2el=summarize(e2el(r) for r in done),
+        decode_tok_s=summarize(decode_tok_s(r) for r in done),
+        prompt_tokens=summarize(float(r.prompt_tokens) for r in done if r.prompt_tokens is not None),
+        output_tokens=summarize(float(n) for r in done if (n := output_tokens(r)) is not None),
+        output_throughput=summarize(output_throughput(s.records, s.wall_s) for s in steps),
+        request_throughput=summarize(request_throughput(s.records, s.wall_s) for s in steps),
+        wall_s=summarize(s.wall_s for s in steps),
+    )

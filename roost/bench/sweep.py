@@ -1,0 +1,637 @@
+"""The benchmark run: warm-up, the single-stream prompt-length sweep, the concurrency sweep, the knee.
+
+``run_benchmark(base_url, model, settings)`` drives one OpenAI-compatible server with one
+connection pool and returns a :class:`BenchResult`: one :class:`~roost.records.BenchPoint` per
+prompt length and per concurrency level, every :class:`~roost.bench.metrics.RequestRecord`
+(warm-up included, marked), the knee, and what went wrong.
+
+Method (the seeds' measurements, automated):
+
+- Requests are greedy (``temperature 0``), ``ignore_eos`` with a fixed ``max_tokens``, streamed
+  with ``stream_options.include_usage``; ``chat_template_kwargs.enable_thinking`` is false unless
+  ``thinking`` is set. Prompts have an exact token count (``roost/bench/prompts.py``) and a
+  unique leading nonce, so prefix caching cannot help.
+- Warm-up requests first (not measured). Each point is repeated ``repeats`` times; a *step* is
+  one repeat: for a prompt length, one request alone; for concurrency ``c``, ``c`` users each
+  sending ``requests_per_user`` requests back to back, all started together. Per-request metrics
+  pool the repeats; aggregate tok/s is one value per step (median, min, max over the repeats).
+- Prompt lengths are clipped to the served window: a length above
+  ``max_model_len - output_tokens - window_margin`` is dropped (noted) and ``WINDOW_MAX`` (0)
+  stands for that largest admissible prompt. A point the server rejects (HTTP 400) is recorded
+  as skipped, with the server's reason.
+- ``/metrics`` is scraped before and after every point, and its gauges polled during it, into
+  ``BenchPoint.metrics_delta`` (``roost/bench/prometheus.py``).
+- Per-request budgets scale with the prompt (first token within ``ttft_timeout_base_s +
+  concurrency * prompt_tokens / min_prefill_tok_s``), and a stream silent for
+  ``stall_timeout_s`` is dropped. When a step has connection errors, time-outs or cut streams,
+  the server is probed; if it no longer answers, the run stops there with status ``failed``:
+  every row measured so far is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import gc
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Literal, TypeVar
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from roost.bench import metrics as M
+from roost.bench import prometheus
+from roost.bench.client import BenchClient, RequestBudget, display_url, normalize_base_url
+from roost.bench.metrics import RequestRecord, Step
+from roost.bench.prompts import BuiltPrompt, PromptBuilder, PromptError, ServerTokenizer, UsageProbeCounter
+from roost.errors import StageFailed, UserError
+from roost.records import BenchPoint, utcnow
+
+log = logging.getLogger(__name__)
+
+WINDOW_MAX = 0
+"""In ``prompt_lengths``: the largest prompt the served window admits."""
+
+SEED_PROMPT_LENGTHS = [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX]
+SEED_CONCURRENCY = [1, 16, 20, 24]
+
+Progress = Callable[[str, float], None]
+T = TypeVar("T")
+
+
+class BenchSettings(BaseModel):
+    """What to measure and how patiently. Defaults reproduce the seeds' sweeps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_lengths: list[int] = Field(
+        default_factory=lambda: list(SEED_PROMPT_LENGTHS),
+        description="Single-stream sweep, in prompt tokens (chat template included); 0 = the largest the window admits. Empty: no sweep.",
+    )
+    output_tokens: int = Field(default=256, ge=2, description="max_tokens of every measured request (ignore_eos).")
+    concurrency: list[int] = Field(
+        default_factory=lambda: list(SEED_CONCURRENCY), description="Concurrency sweep levels. Empty: no sweep."
+    )
+    max_num_seqs: int | None = Field(default=None, ge=1, description="The server's --max-num-seqs; added as a level.")
+    concurrency_prompt_tokens: int = Field(default=512, ge=1, description="Prompt length in the concurrency sweep.")
+    requests_per_user: int = Field(default=1, ge=1, description="Back-to-back requests per user in a concurrency step.")
+    repeats: int = Field(default=3, ge=1, description="Steps per point (median, min, max over them).")
+    warmup: int = Field(default=2, ge=0, description="Unmeasured requests sent first.")
+    warmup_prompt_tokens: int | None = Field(default=None, ge=1, description="Default: the smallest measured prompt.")
+    thinking: bool = Field(default=False, description="chat_template_kwargs.enable_thinking.")
+    temperature: float = Field(default=0.0, ge=0.0)
+    ignore_eos: bool = True
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request body.")
+    max_model_len: int | None = Field(default=None, ge=1, description="The served window; default: ask the server.")
+    window_margin: int = Field(default=0, ge=0, description="Tokens kept free below the window for WINDOW_MAX.")
+    ttft_timeout_base_s: float = Field(default=60.0, gt=0)
+    min_prefill_tok_s: float = Field(default=100.0, gt=0, description="Slowest prefill tolerated before a time-out.")
+    min_decode_tok_s: float = Field(default=1.0, gt=0, description="Slowest per-request decode tolerated.")
+    stall_timeout_s: float = Field(default=120.0, gt=0, description="Longest silence mid-stream.")
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    metrics_poll_s: float = Field(default=2.0, ge=0, description="Gauge polling period during a step; 0 = off.")
+    knee_tolerance: float = Field(default=0.05, ge=0, lt=1)
+    seed: int = 0
+
+    @field_validator("prompt_lengths")
+    @classmethod
+    def _lengths(cls, v: list[int]) -> list[int]:
+        if any(x < 0 for x in v):
+            raise ValueError("prompt lengths must be positive token counts (0 = the largest the window admits)")
+        return v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v):
+            raise ValueError("concurrency levels must be >= 1")
+        return v
+
+    def levels(self) -> list[int]:
+        """Concurrency levels, ascending, ``max_num_seqs`` included."""
+        out = set(self.concurrency)
+        if self.max_num_seqs and self.concurrency:
+            out.add(self.max_num_seqs)
+        return sorted(out)
+
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        return {"enable_thinking": self.thinking}
+
+    def budget(self, prompt_tokens: int, concurrency: int) -> RequestBudget:
+        """Per-request time budget, scaled to the prompt and to the users sharing the server."""
+        first = self.ttft_timeout_base_s + concurrency * prompt_tokens / self.min_prefill_tok_s
+        per_user = self.requests_per_user if concurrency > 1 else 1
+        return RequestBudget(first_token_s=first * per_user, total_s=(first + self.output_tokens / self.min_decode_tok_s) * per_user)
+
+
+def make_settings(**values: Any) -> BenchSettings:
+    """:class:`BenchSettings` from user input; a bad value is a UserError naming the field."""
+    try:
+        return BenchSettings(**{k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "settings"
+        raise UserError(f"benchmark setting {field}: {err['msg']}") from None
+
+
+class Knee(BaseModel):
+    """Where adding users stops adding throughput."""
+
+    concurrency: int = Field(description="Smallest level within `tolerance` of the peak aggregate tok/s.")
+    output_tok_s: float
+    peak_concurrency: int
+    peak_output_tok_s: float
+    tolerance: float
+    saturated: bool = Field(description="A higher level was measured and added no throughput (else: not reached yet).")
+
+
+def find_knee(levels: Sequence[tuple[int, float]], tolerance: float = 0.05) -> Knee | None:
+    """The knee of aggregate throughput against concurrency.
+
+    The knee is the smallest concurrency whose aggregate tok/s is within ``tolerance`` (a
+    fraction) of the best measured; beyond it, more users add less than that. ``saturated``
+    says whether a higher level was measured at all; if the knee is the highest level measured,
+    throughput may still be growing.
+    """
+    pts = sorted((c, t) for c, t in levels if t is not None and t > 0 and not math.isnan(t))
+    if not pts:
+        return None
+    peak_c, peak_t = max(pts, key=lambda p: (p[1], -p[0]))
+    knee_c, knee_t = next((c, t) for c, t in pts if t >= (1 - tolerance) * peak_t)
+    return Knee(
+        concurrency=knee_c,
+        output_tok_s=knee_t,
+        peak_concurrency=peak_c,
+        peak_output_tok_s=peak_t,
+        tolerance=tolerance,
+        saturated=knee_c < pts[-1][0],
+    )
+
+
+class BenchResult(BaseModel):
+    """A benchmark run: points, every request, the knee, and what failed."""
+
+    base_url: str
+    model: str
+    settings: BenchSettings
+    status: Literal["completed", "failed"] = "completed"
+    errors: list[str] = Field(default_factory=list, description="Run-level failures (a dead server, a rejected key...).")
+    notes: list[str] = Field(default_factory=list, description="Clipped lengths, inexact prompts, a missing /tokenize...")
+    max_model_len: int | None = None
+    points: list[BenchPoint] = Field(default_factory=list)
+    requests: list[RequestRecord] = Field(default_factory=list)
+    knee: Knee | None = None
+    started_at: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    def point_rows(self) -> list[dict[str, Any]]:
+        """One flat row per point (for the results store)."""
+        rows = []
+        for p in self.points:
+            row = p.model_dump(exclude={"metrics_delta"})
+            row.update({f"metrics_{k}": v for k, v in p.metrics_delta.items()})
+            rows.append(row)
+        return rows
+
+    def request_rows(self) -> list[dict[str, Any]]:
+        """One flat row per request, with its metrics (times in seconds, relative to its send)."""
+        rows = []
+        for r in self.requests:
+            row = r.model_dump(exclude={"token_times", "t_sent", "t_first", "t_last", "t_end"})
+            row.update(
+                t_first_s=None if r.t_first is None else r.t_first - r.t_sent,
+                t_last_s=None if r.t_last is None else r.t_last - r.t_sent,
+                t_end_s=None if r.t_end is None else r.t_end - r.t_sent,
+                ttft_s=M.ttft(r),
+                tpot_s=M.tpot(r),
+                e2el_s=M.e2el(r),
+                decode_tok_s=M.decode_tok_s(r),
+                token_chunks=len(r.token_times),
+                itl_s_max=max(M.itl(r), default=None),
+            )
+            rows.append(row)
+        return rows
+
+
+class BenchFailed(StageFailed):
+    """The benchmark stopped on a dead server; ``result`` holds every row measured before."""
+
+    def __init__(self, result: BenchResult) -> None:
+        super().__init__("benchmark", "; ".join(result.errors) or "failed")
+        self.result = result
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+class _ServerGone(Exception):
+    pass
+
+
+class _Run:
+    def __init__(self, client: BenchClient, settings: BenchSettings, result: BenchResult, progress: Progress | None):
+        self.client = client
+        self.s = settings
+        self.result = result
+        self.progress = progress
+        self.builder: PromptBuilder | None = None
+        self.done_steps = 0
+        self.total_steps = 1
+        self.lengths: list[int] = []
+
+    # -- plumbing --
+
+    async def report(self, message: str) -> None:
+        log.info("%s", message)
+        if self.progress is None:
+            return
+        frac = min(1.0, self.done_steps / max(1, self.total_steps))
+        try:
+            await asyncio.to_thread(self.progress, message, frac)
+        except Exception as exc:  # a broken progress sink must not stop the measurement
+            log.warning("progress callback failed: %s", exc)
+
+    def payload(self, prompt: BuiltPrompt) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.client.model,
+            "messages": prompt.messages,
+            "max_tokens": self.s.output_tokens,
+            "temperature": self.s.temperature,
+            "ignore_eos": self.s.ignore_eos,
+            "chat_template_kwargs": self.s.chat_template_kwargs(),
+        }
+        body.update(self.s.extra_body)
+        body.update(stream=True, stream_options={"include_usage": True})
+        return body
+
+    async def scrape(self) -> dict[str, float] | None:
+        text = await self.client.metrics_text()
+        return None if text is None else prometheus.totals(prometheus.parse_text(text))
+
+    async def poll_gauges(self, peaks: dict[str, float]) -> None:
+        while True:
+            await asyncio.sleep(self.s.metrics_poll_s)
+            snap = await self.scrape()
+            if snap is None:
+                continue
+            for k, v in prometheus.gauges(snap).items():
+                peaks[k] = max(v, peaks.get(k, v))
+
+    # -- setup --
+
+    async def discover(self) -> None:
+        """Check the server answers, the key and the model name; learn the window and the tokenizer."""
+        try:
+            resp = await self.client.get("/v1/models", timeout_s=self.s.connect_timeout_s + 20)
+        except httpx.HTTPError as exc:
+            raise _ServerGone(f"server not reachable at {display_url(self.client.base_url)}: {type(exc).__name__} {exc}") from None
+        if resp.status_code in (401, 403):
+            raise UserError(
+                f"{display_url(self.client.base_url)} rejected the API key (HTTP {resp.status_code}); "
+                "set VLLM_API_KEY (or --api-key) to the key the server was started with"
+            )
+        served: list[dict[str, Any]] = []
+        if resp.status_code == 200:
+            with contextlib.suppress(ValueError, AttributeError):
+                served = [m for m in resp.json().get("data", []) if isinstance(m, dict)]
+        names = [str(m.get("id")) for m in served]
+        if served and self.client.model not in names:
+            raise UserError(
+                f"model {self.client.model!r} is not served at {display_url(self.client.base_url)}; "
+                f"it serves: {', '.join(names)} (pass one of them as --model)"
+            )
+        window = self.s.max_model_len
+        for m in served:
+            if m.get("id") == self.client.model and isinstance(m.get("max_model_len"), int) and window is None:
+                window = int(m["max_model_len"])
+        tok = ServerTokenizer(self.client, self.s.chat_template_kwargs())
+        if await tok.available():
+            self.builder = PromptBuilder(tok, seed=self.s.seed)
+            window = window or tok.max_model_len
+        else:
+            self.result.notes.append(
+                "the server has no /tokenize: prompt sizes were found with one-token probe requests"
+            )
+            probe_body = {
+                "chat_template_kwargs": self.s.chat_template_kwargs(),
+                "temperature": self.s.temperature,
+                **self.s.extra_body,
+            }
+            self.builder = PromptBuilder(UsageProbeCounter(self.client, probe_body), seed=self.s.seed)
+        self.result.max_model_len = window
+
+    def plan_lengths(self) -> list[int]:
+        limit = None
+        if self.result.max_model_len is not None:
+            limit = self.result.max_model_len - self.s.output_tokens - self.s.window_margin
+        out: list[int] = []
+        dropped: list[int] = []
+        for n in self.s.prompt_lengths:
+            if n == WINDOW_MAX:
+                if limit is None:
+                    self.result.notes.append("window size unknown: the largest-prompt point was not run")
+                    continue
+                n = limit
+            if limit is not None and n > limit:
+                dropped.append(n)
+                continue
+            if n not in out:
+                out.append(n)
+        if dropped:
+            self.result.notes.append(
+                f"prompt lengths {', '.join(map(str, dropped))} exceed the window "
+                f"({self.result.max_model_len} - {self.s.output_tokens} output - {self.s.window_margin} margin = {limit}): not run"
+            )
+        return out
+
+    async def build(self, target: int, n: int) -> list[BuiltPrompt]:
+        assert self.builder is not None
+        prompts = []
+        for _ in range(n):
+            p = await self.builder.build(target, uuid.uuid4().hex[:12])
+            if not p.exact:
+                note = f"prompts of {target} tokens could only be built to {p.prompt_tokens} tokens"
+                if note not in self.result.notes:
+                    self.result.notes.append(note)
+            prompts.append(p)
+        return prompts
+
+    # -- steps --
+
+    async def step(
+        self, phase: M.Phase, point: int, repeat: int, concurrency: int, target: int, prompts: list[BuiltPrompt],
+        peaks: dict[str, float],
+    ) -> Step:
+        budget = self.s.budget(target, concurrency)
+        per_user = len(prompts) // concurrency
+
+        async def user(u: int) -> list[RequestRecord]:
+            out = []
+            for j in range(per_user):
+                out.append(
+                    await self.client.stream_chat(
+                        self.payload(prompts[u * per_user + j]),
+                        request_id=f"roost-{uuid.uuid4().hex[:16]}",
+                        budget=budget,
+                        phase=phase,
+                        point=point,
+                        repeat=repeat,
+                        concurrency=concurrency,
+                        prompt_tokens_target=target,
+                        defer_close=j == per_user - 1,
+                    )
+                )
+            return out
+
+        await self.client.preconnect(concurrency)
+        poller = asyncio.create_task(self.poll_gauges(peaks)) if self.s.metrics_poll_s > 0 else None
+        # No cyclic garbage collection while timing: a full collection of a big heap is a pause.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        t0 = time.perf_counter()
+        try:
+            groups = await asyncio.gather(*(user(u) for u in range(concurrency)))
+        finally:
+            wall = time.perf_counter() - t0
+            gc.enable()
+            gc.unfreeze()
+            if poller is not None:
+                poller.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poller
+            await self.client.settle()
+        records = [r for g in groups for r in g]
+        self.result.requests.extend(records)
+        return Step(records=records, wall_s=wall)
+
+    async def check_alive(self, step: Step, where: str) -> None:
+        bad = [r for r in step.records if r.error_kind in ("connect", "timeout", "cut")]
+        if not bad:
+            return
+        if not await self.client.alive(timeout_s=min(30.0, self.s.connect_timeout_s + 5)):
+            raise _ServerGone(f"server stopped answering during {where}: {bad[0].error}")
+
+    async def warmup(self) -> None:
+        if self.s.warmup <= 0:
+            return
+        measured = [*self.lengths] + ([self.s.concurrency_prompt_tokens] if self.s.levels() else [])
+        target = self.s.warmup_prompt_tokens or min(measured, default=self.s.concurrency_prompt_tokens)
+        try:
+            prompts = await self.build(target, self.s.warmup)
+        except PromptError as exc:
+            self.result.notes.append(f"warm-up skipped: {exc}")
+            return
+        for i, p in enumerate(prompts):
+            st = await self.step("warmup", -1, i, 1, target, [p], {})
+            await self.check_alive(st, "warm-up")
+        await self.report(f"warm-up: {self.s.warmup} requests of {target} prompt tokens")
+
+    async def point(self, kind: Literal["prompt_length", "concurrency"], index: int, target: int, concurrency: int) -> None:
+        label = f"prompt {target} tok" if kind == "prompt_length" else f"concurrency {concurrency}"
+        steps: list[Step] = []
+        peaks: dict[str, float] = {}
+        skip_reason = ""
+        before = await self.scrape()
+        try:
+            for rep in range(self.s.repeats):
+                try:
+                    prompts = await self.build(target, concurrency * (self.s.requests_per_user if kind == "concurrency" else 1))
+                except PromptError as exc:
+                    skip_reason = str(exc)
+                    break
+                st = await self.step(kind, index, rep, concurrency, target, prompts, peaks)
+                steps.append(st)
+                self.done_steps += 1
+                rejected = [r for r in st.records if r.error_kind == "http" and r.status_code == 400]
+                if rejected and len(rejected) == len(st.records):
+                    skip_reason = f"rejected by the server: {rejected[0].error}"
+                    break
+                await self.check_alive(st, f"{label}, repeat {rep + 1}")
+                await self.report(f"{label}, repeat {rep + 1}/{self.s.repeats}: {_step_line(st)}")
+        finally:
+            after = await self.scrape()
+            self.result.points.append(
+                _point(kind, target, concurrency, self.s, steps, prometheus.step_delta(before, after, peaks), skip_reason)
+            )
+            if skip_reason:
+                self.done_steps += self.s.repeats - len(steps)
+
+    async def run(self) -> None:
+        await self.discover()
+        self.lengths = self.plan_lengths()
+        levels = self.s.levels()
+        self.total_steps = max(1, (len(self.lengths) + len(levels)) * self.s.repeats)
+        await self.warmup()
+        index = 0
+        for n in self.lengths:
+            await self.point("prompt_length", index, n, 1)
+            index += 1
+        for c in levels:
+            await self.point("concurrency", index, self.s.concurrency_prompt_tokens, c)
+            index += 1
+
+
+def _step_line(st: Step) -> str:
+    done = M.completed(st.records)
+    parts = []
+    ttfts = [t for r in done if (t := M.ttft(r)) is not None]
+    rates = [d for r in done if (d := M.decode_tok_s(r)) is not None]
+    if ttfts:
+        parts.append(f"TTFT p50 {M.median(ttfts):.3f} s")
+    if rates:
+        parts.append(f"decode {M.median(rates):.1f} tok/s per request")
+    agg = M.output_throughput(st.records, st.wall_s)
+    if agg is not None:
+        parts.append(f"{agg:.1f} tok/s aggregate")
+    errors = sum(1 for r in st.records if r.error)
+    if errors:
+        parts.append(f"{errors} errors")
+    return ", ".join(parts) or "no completed request"
+
+
+def _point(
+    kind: Literal["prompt_length", "concurrency"],
+    target: int,
+    concurrency: int,
+    s: BenchSettings,
+    steps: list[Step],
+    delta: dict[str, float],
+    skip_reason: str,
+) -> BenchPoint:
+    st = M.point_stats(steps)
+    measured_prompt = st.prompt_tokens.median
+    return BenchPoint(
+        kind=kind,
+        prompt_tokens=round(measured_prompt) if measured_prompt is not None else target,
+        prompt_tokens_target=target,
+        output_tokens=s.output_tokens,
+        concurrency=concurrency,
+        requests=st.requests,
+        errors=st.errors,
+        skipped=bool(skip_reason),
+        skip_reason=skip_reason,
+        repeats=len(steps),
+        thinking=s.thinking,
+        ttft_s_median=st.ttft.median,
+        ttft_s_min=st.ttft.min,
+        ttft_s_max=st.ttft.max,
+        ttft_s_p90=st.ttft.p90,
+        ttft_s_p99=st.ttft.p99,
+        tpot_s_median=st.tpot.median,
+        tpot_s_p90=st.tpot.p90,
+        tpot_s_p99=st.tpot.p99,
+        itl_s_median=st.itl.median,
+        itl_s_p90=st.itl.p90,
+        itl_s_p99=st.itl.p99,
+        e2el_s_median=st.e2el.median,
+        e2el_s_p90=st.e2el.p90,
+        e2el_s_p99=st.e2el.p99,
+        decode_tok_s_median=st.decode_tok_s.median,
+        decode_tok_s_min=st.decode_tok_s.min,
+        decode_tok_s_max=st.decode_tok_s.max,
+        decode_tok_s_p10=M.percentile(
+            [d for s_ in steps for r in M.completed(s_.records) if (d := M.decode_tok_s(r)) is not None], 10
+        ),
+        output_tok_s=st.output_throughput.median,
+        output_tok_s_min=st.output_throughput.min,
+        output_tok_s_max=st.output_throughput.max,
+        request_rate=st.request_throughput.median,
+        usage_missing=st.usage_missing,
+        metrics_delta=delta,
+    )
+
+
+async def arun_benchmark(
+    base_url: str,
+    model: str,
+    settings: BenchSettings,
+    *,
+    api_key: str | None = None,
+    progress: Progress | None = None,
+) -> BenchResult:
+    """Async :func:`run_benchmark`."""
+    result = BenchResult(
+        base_url=display_url(normalize_base_url(base_url)),
+        model=model,
+        settings=settings,
+        started_at=utcnow().isoformat(),
+    )
+    t0 = time.perf_counter()
+    async with BenchClient(
+        base_url,
+        model,
+        api_key=api_key,
+        connect_timeout_s=settings.connect_timeout_s,
+        stall_timeout_s=settings.stall_timeout_s,
+    ) as client:
+        run = _Run(client, settings, result, progress)
+        try:
+            await run.run()
+        except _ServerGone as exc:
+            result.status = "failed"
+            result.errors.append(client.scrub(str(exc)))
+        except (httpx.HTTPError, PromptError) as exc:
+            result.status = "failed"
+            result.errors.append(client.scrub(f"{type(exc).__name__}: {exc}"))
+        concurrency_points = [p for p in result.points if p.kind == "concurrency" and not p.skipped]
+        result.knee = find_knee(
+            [(p.concurrency, p.output_tok_s) for p in concurrency_points if p.output_tok_s is not None],
+            settings.knee_tolerance,
+        )
+        result.wall_s = time.perf_counter() - t0
+        done = "completed" if not result.failed else "failed: " + "; ".join(result.errors)
+        run.done_steps = run.total_steps
+        await run.report(f"benchmark {done} in {result.wall_s:.1f} s ({len(result.points)} points)")
+    return result
+
+
+def _run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion from sync code, even if this thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())
+    ctx = contextvars.copy_context()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = ctx.run(asyncio.run, factory())
+        except BaseException as exc:
+            box["error"] = exc
+
+    th = threading.Thread(target=target, name="roost-bench")
+    th.start()
+    th.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def run_benchmark(
+    base_url: str,
+    model: str,
+    settings: BenchSettings,
+    *,
+    api_key: str | None = None,
+    progress: Progress | None = None,
+) -> BenchResult:
+    """Benchmark the OpenAI-compatible server at ``base_url`` serving ``model``.
+
+    Never hangs on a dead server and never raises for one: the result then has status
+    ``failed``, the reason in ``errors`` and every row measured before. Raises
+    :class:`~roost.errors.UserError` for a rejected API key or a model the server does not serve.
+    ``progress(message, fraction_done)`` is called between steps, from a worker thread.
+    """
+    return _run_sync(lambda: arun_benchmark(base_url, model, settings, api_key=api_key, progress=progress))

@@ -1,0 +1,323 @@
+"""Read and validate safetensors headers without touching tensor data.
+
+A safetensors file is ``<u64 little-endian N><N bytes of JSON header><data section>``. The header maps
+tensor names to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets relative to the data
+section) plus an optional ``__metadata__`` object of string -> string.
+
+One ``pread`` per file covers the length prefix and (almost always) the whole header; ``json.loads``
+parses it. Validation mirrors what ``safetensors`` itself enforces, and then some: the length fits the
+file, every dtype is known, every span lies inside the data section, ``end - begin`` equals the
+tensor's byte size (sub-byte dtypes included), and the spans tile the data section with no overlap and
+no gap. Any violation is a :class:`HeaderError` naming the file and the tensor (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from itertools import chain, repeat
+from math import prod
+from operator import itemgetter, mul, sub
+from pathlib import Path
+from typing import Any, TypedDict
+
+import orjson
+
+from roost.errors import UserError
+
+# Bits per element for every dtype safetensors can store (safetensors 0.8 Dtype enum).
+# Sub-byte formats (F4 = FP4 E2M1, F6_*) are packed; ModelOpt NVFP4 checkpoints instead store their
+# packed weights as U8 with the last dimension halved, so the header's U8 span already counts real bytes.
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "C64": 64,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+}
+
+# Floating dtypes whose tensors are model weights in the usual sense (used for dtype consistency).
+FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
+
+_OFFSETS, _SHAPE, _DTYPE = itemgetter("data_offsets"), itemgetter("shape"), itemgetter("dtype")
+_BEGIN, _END = itemgetter(0), itemgetter(1)
+
+# safetensors refuses headers above 100 MB; a larger declared length means a corrupt or foreign file.
+MAX_HEADER_BYTES = 100_000_000
+# First read: the length prefix plus this much header. Bigger headers take one more read.
+_FIRST_READ = 1 << 18
+
+
+class HeaderError(UserError):
+    """A safetensors file whose header cannot be trusted (truncated, corrupt, inconsistent)."""
+
+
+class RawEntry(TypedDict):
+    """One tensor exactly as the JSON header declares it (offsets relative to the data section)."""
+
+    dtype: str
+    shape: list[int]
+    data_offsets: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorEntry:
+    """One tensor as the header declares it. ``begin``/``end`` are relative to the data section."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+    @classmethod
+    def of(cls, raw: RawEntry) -> TensorEntry:
+        b, e = raw["data_offsets"]
+        return cls(raw["dtype"], tuple(raw["shape"]), b, e)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardHeader:
+    """A validated header: where the file is, what it holds, how big each part is."""
+
+    path: Path
+    file_size: int
+    header_len: int
+    metadata: dict[str, str]
+    tensors: dict[str, RawEntry]  # validated JSON entries, in header order
+    nbytes: dict[str, int]  # byte span of each tensor
+
+    def entry(self, name: str) -> TensorEntry:
+        return TensorEntry.of(self.tensors[name])
+
+    @property
+    def data_offset(self) -> int:
+        """Absolute file offset of the data section."""
+        return 8 + self.header_len
+
+    @property
+    def data_bytes(self) -> int:
+        return self.file_size - self.data_offset
+
+
+def tensor_nbytes(dtype: str, shape: tuple[int, ...] | list[int]) -> int:
+    """Bytes a tensor of ``dtype`` and ``shape`` occupies on disk; -1 when sub-byte elements don't fill whole bytes."""
+    n = 1
+    for d in shape:
+        n *= d
+    bits = n * DTYPE_BITS[dtype]
+    return bits // 8 if bits % 8 == 0 else -1
+
+
+def read_header(path: Path) -> ShardHeader:
+    """Read and validate the header of one ``.safetensors`` file (never its data)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise HeaderError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise HeaderError(f"{path}: cannot open ({exc.strerror})") from None
+    try:
+        file_size = os.fstat(fd).st_size
+        head = os.pread(fd, _FIRST_READ, 0)
+        if file_size < 8 or len(head) < 8:
+            raise HeaderError(
+                f"{path}: truncated: {file_size} bytes, shorter than the 8-byte header length; "
+                "re-download this shard"
+            )
+        header_len = int.from_bytes(head[:8], "little")
+        if header_len > file_size - 8:
+            raise HeaderError(
+                f"{path}: header length {header_len:,} is larger than the file allows "
+                f"({file_size - 8:,} bytes after the length prefix); the file is truncated or not safetensors — "
+                "re-download it"
+            )
+        if header_len > MAX_HEADER_BYTES:
+            raise HeaderError(f"{path}: header length {header_len:,} exceeds safetensors' 100 MB limit; not a safetensors file")
+        if header_len < 2:
+            raise HeaderError(f"{path}: header length {header_len} is too small to hold a JSON object")
+        raw = head[8 : 8 + header_len]
+        if len(raw) < header_len:
+            raw += os.pread(fd, header_len - len(raw), 8 + len(raw))
+        if len(raw) < header_len:
+            raise HeaderError(f"{path}: truncated while reading its {header_len:,}-byte header; re-download it")
+    finally:
+        os.close(fd)
+    return parse_header(path, raw, file_size)
+
+
+def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
+    """Validate an already-read header (``raw`` = the JSON bytes) against the file size.
+
+    A fast path checks the whole header with list comprehensions and C-level builtins; only when it
+    finds a problem does the slow path walk the tensors one by one to name the culprit.
+    """
+    header_len = len(raw)
+    try:
+        obj = orjson.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f" at byte {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise HeaderError(f"{path}: header is not valid JSON{where}; the file is corrupt or not safetensors") from None
+    if not isinstance(obj, dict):
+        raise HeaderError(f"{path}: header is JSON but not an object; not a safetensors file")
+
+    metadata_obj = obj.pop("__metadata__", None)
+    metadata: dict[str, str] = {}
+    if metadata_obj is not None:
+        if not isinstance(metadata_obj, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata_obj.items()
+        ):
+            raise HeaderError(f"{path}: __metadata__ must map strings to strings")
+        metadata = metadata_obj
+
+    data_bytes = file_size - 8 - header_len
+    spans = _fast_valid(obj, data_bytes)
+    if spans is None:
+        _slow_validate(path, obj, data_bytes)  # raises with the precise problem
+        raise HeaderError(f"{path}: header failed validation")  # pragma: no cover - slow path always names it
+    return ShardHeader(
+        path=path,
+        file_size=file_size,
+        header_len=header_len,
+        metadata=metadata,
+        tensors=obj,
+        nbytes=dict(zip(obj, spans, strict=True)),
+    )
+
+
+def _fast_valid(obj: dict[str, Any], data_bytes: int) -> list[int] | None:
+    """Each tensor's byte span when every entry is well-formed and the spans tile the data section; else None.
+
+    Every pass is a C-level ``map``: sizes (dtype bits x prod(shape)) must equal 8 x span exactly (so
+    sub-byte dtypes fill whole bytes), every number is an int, dimensions are non-negative, and the
+    sorted [begin, end] pairs flattened read 0, e0=b1, e1=b2, ..., data_bytes.
+    """
+    vals = list(obj.values())
+    if not vals:
+        return [] if data_bytes == 0 else None
+    try:
+        offs = list(map(_OFFSETS, vals))
+        shapes = list(map(_SHAPE, vals))
+        nbits = list(map(mul, map(prod, shapes), map(DTYPE_BITS.__getitem__, map(_DTYPE, vals))))
+        spans = list(map(sub, map(_END, offs), map(_BEGIN, offs)))
+        if list(map(mul, spans, repeat(8))) != nbits:
+            return None
+        dims = list(chain.from_iterable(shapes))
+        if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
+            return None
+        flat = list(chain.from_iterable(sorted(offs)))
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+    ok = (
+        len(flat) == 2 * len(offs)
+        and set(map(type, flat)) == {int}
+        and flat[0] == 0
+        and flat[-1] == data_bytes
+        and flat[1:-1:2] == flat[2::2]
+    )
+    return spans if ok else None
+
+
+def _slow_validate(path: Path, obj: dict[str, Any], data_bytes: int) -> None:
+    """Walk the entries one by one and raise a HeaderError naming the first problem."""
+    bits_of = DTYPE_BITS
+    spans: list[tuple[int, int, str]] = []
+    for name, info in obj.items():
+        try:
+            dtype = info["dtype"]
+            shape = info["shape"]
+            begin, end = info["data_offsets"]
+        except (TypeError, KeyError, ValueError):
+            raise HeaderError(
+                f"{path}: tensor {name!r} lacks dtype/shape/data_offsets [begin, end]; the header is malformed"
+            ) from None
+        bits = bits_of.get(dtype) if isinstance(dtype, str) else None
+        if bits is None:
+            known = ", ".join(sorted(bits_of))
+            raise HeaderError(f"{path}: tensor {name!r} has unknown dtype {dtype!r} (known: {known})")
+        if type(begin) is not int or type(end) is not int or begin < 0 or end < begin:
+            raise HeaderError(f"{path}: tensor {name!r} has invalid data_offsets {[begin, end]!r}")
+        if end > data_bytes:
+            raise HeaderError(
+                f"{path}: tensor {name!r} data_offsets {[begin, end]} run past the data section "
+                f"({data_bytes:,} bytes); the file is truncated — re-download it"
+            )
+        if type(shape) is not list:
+            raise HeaderError(f"{path}: tensor {name!r} shape {shape!r} is not a list")
+        n = 1
+        for d in shape:
+            if type(d) is not int or d < 0:
+                raise HeaderError(f"{path}: tensor {name!r} shape {shape!r} has a non-integer or negative dimension")
+            n *= d
+        nbits = n * bits
+        if nbits % 8 or nbits // 8 != end - begin:
+            expected = f"{nbits // 8:,}" if nbits % 8 == 0 else f"{nbits / 8} (not a whole byte count)"
+            raise HeaderError(
+                f"{path}: tensor {name!r} spans {end - begin:,} bytes but {dtype} x {shape} needs {expected}"
+            )
+        spans.append((begin, end, name))
+    _check_tiling(path, spans, data_bytes)
+
+
+def _check_tiling(path: Path, spans: list[tuple[int, int, str]], data_bytes: int) -> None:
+    """Spans must tile [0, data_bytes) exactly: sorted by begin, each starts where the previous ended."""
+    spans.sort()
+    pos = 0
+    prev = "(start of data)"
+    for begin, end, name in spans:
+        if begin < pos:
+            raise HeaderError(f"{path}: tensor {name!r} [{begin:,}, {end:,}) overlaps {prev!r} (ends at {pos:,})")
+        if begin > pos:
+            raise HeaderError(
+                f"{path}: {begin - pos:,}-byte gap before tensor {name!r} at offset {pos:,} (after {prev!r}); "
+                "the header does not describe the data section"
+            )
+        pos = end
+        prev = name
+    if pos != data_bytes:
+        if pos < data_bytes:
+            raise HeaderError(
+                f"{path}: {data_bytes - pos:,} trailing bytes after the last tensor ({prev!r}); "
+                "the file does not match its header"
+            )
+        raise HeaderError(f"{path}: tensors end at {pos:,} but the data section holds {data_bytes:,} bytes")
+
+
+def header_bytes(tensors: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None) -> tuple[bytes, int]:
+    """Serialize a header for ``(name, dtype, shape)`` tensors laid out in order; returns (header, data bytes).
+
+    The JSON is space-padded to a multiple of 8 bytes, as safetensors writes it.
+    """
+    obj: dict[str, Any] = {}
+    if metadata is not None:
+        obj["__metadata__"] = metadata
+    pos = 0
+    for name, dtype, shape in tensors:
+        n = tensor_nbytes(dtype, shape)
+        if n < 0:
+            raise ValueError(f"{name}: {dtype} x {list(shape)} is not a whole number of bytes")
+        obj[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + n]}
+        pos += n
+    raw = json.dumps(obj, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw, pos

@@ -1,0 +1,1 @@
+"""One module per ``roost`` command; each exposes ``register(app: typer.Typer) -> None``."""

@@ -1,0 +1,161 @@
+"""``roost bench BASE_URL --model NAME``: benchmark any OpenAI-compatible server.
+
+Runs the single-stream prompt-length sweep and the concurrency sweep of ``roost/bench/sweep.py``
+(definitions: ``roost/bench/metrics.py``). Progress goes to stderr; the table, or with ``--json``
+the points, to stdout. Exit 0 when the run completed (points with request errors included), 1
+when the server stopped answering (what was measured is still printed), 2 for unusable input.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from roost.commands._common import echo_json, user_errors
+from roost.errors import UserError
+
+if TYPE_CHECKING:
+    from roost.bench.sweep import BenchResult
+
+
+def parse_int_list(text: str, option: str, *, allow_max: bool = False) -> list[int]:
+    """``"512,2048"`` -> ``[512, 2048]``; ``""`` -> ``[]``; ``max`` -> 0 (the largest the window admits)."""
+    out: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        if allow_max and part.lower() == "max":
+            out.append(0)
+            continue
+        try:
+            value = int(part.replace("_", ""))
+        except ValueError:
+            raise UserError(f"{option}: {part!r} is not a whole number (expected e.g. 512,2048)") from None
+        if value < 1:
+            raise UserError(f"{option}: {value} must be at least 1")
+        out.append(value)
+    return out
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def render(result: BenchResult) -> str:
+    lines = [f"{result.model} at {result.base_url} (window {result.max_model_len or 'unknown'} tokens)", ""]
+    head = f"{'kind':<13} {'prompt':>7} {'users':>5} {'TTFT p50 s':>10} {'decode tok/s p50 [min-max]':>27} {'agg tok/s':>9} {'req':>4} {'err':>4}"
+    if result.points:
+        lines += [head, "-" * len(head)]
+    for p in result.points:
+        if p.skipped:
+            lines.append(f"{p.kind:<13} {p.prompt_tokens:>7} {p.concurrency:>5}  skipped: {p.skip_reason}")
+            continue
+        spread = f"{_fmt(p.decode_tok_s_median, '.1f')} [{_fmt(p.decode_tok_s_min, '.1f')}-{_fmt(p.decode_tok_s_max, '.1f')}]"
+        lines.append(
+            f"{p.kind:<13} {p.prompt_tokens:>7} {p.concurrency:>5} {_fmt(p.ttft_s_median, '.3f'):>10} "
+            f"{spread:>27} {_fmt(p.output_tok_s, '.1f'):>9} {p.requests:>4} {p.errors:>4}"
+        )
+    if result.knee is not None:
+        k = result.knee
+        more = "" if k.saturated else "; throughput may still grow past the highest level measured"
+        lines += ["", f"knee: {k.concurrency} users at {k.output_tok_s:.1f} tok/s (peak {k.peak_output_tok_s:.1f} at {k.peak_concurrency}{more})"]
+    lines += [f"note: {n}" for n in result.notes]
+    lines += [f"error: {e}" for e in result.errors]
+    return "\n".join(lines)
+
+
+def bench(
+    base_url: Annotated[str, typer.Argument(help="Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine).")],
+    model: Annotated[str, typer.Option("--model", help="Served model name (as /v1/models lists it).")],
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            help="Bearer key for the server. Prefer the VLLM_API_KEY environment variable, which is used when "
+            "this option is absent: a key on the command line is visible to every user in `ps`.",
+            show_default=False,
+        ),
+    ] = None,
+    prompt_lengths: Annotated[
+        str | None,
+        typer.Option("--prompt-lengths", help="Single-stream sweep, prompt tokens incl. chat template; 'max' = the "
+                     "largest the window admits; '' = no sweep. [default: 512,2048,8192,32768,131072,250000,max]"),
+    ] = None,
+    output_tokens: Annotated[int | None, typer.Option("--output-tokens", help="max_tokens per request (ignore_eos). [default: 256]")] = None,
+    concurrency: Annotated[
+        str | None, typer.Option("--concurrency", help="Concurrency sweep levels; '' = no sweep. [default: 1,16,20,24]")
+    ] = None,
+    max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs", help="The server's --max-num-seqs, added as a level.")] = None,
+    concurrency_prompt_tokens: Annotated[
+        int | None, typer.Option("--concurrency-prompt-tokens", help="Prompt tokens in the concurrency sweep. [default: 512]")
+    ] = None,
+    repeats: Annotated[int | None, typer.Option("--repeats", help="Steps per point (median, min, max). [default: 3]")] = None,
+    warmup: Annotated[int | None, typer.Option("--warmup", help="Unmeasured requests first. [default: 2]")] = None,
+    thinking: Annotated[bool, typer.Option("--thinking/--no-thinking", help="chat_template_kwargs.enable_thinking.")] = False,
+    max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Served window (default: ask the server).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", help="Also write the full result (every request) as JSON here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the points as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress lines on stderr.")] = False,
+) -> None:
+    """Benchmark an OpenAI-compatible server: TTFT and decode tok/s against prompt length, aggregate tok/s against users."""
+    from roost.bench.sweep import make_settings, run_benchmark
+
+    values: dict[str, Any] = {
+        "output_tokens": output_tokens,
+        "max_num_seqs": max_num_seqs,
+        "concurrency_prompt_tokens": concurrency_prompt_tokens,
+        "repeats": repeats,
+        "warmup": warmup,
+        "thinking": thinking,
+        "max_model_len": max_model_len,
+    }
+    if prompt_lengths is not None:
+        values["prompt_lengths"] = parse_int_list(prompt_lengths, "--prompt-lengths", allow_max=True)
+    if concurrency is not None:
+        values["concurrency"] = parse_int_list(concurrency, "--concurrency")
+    settings = make_settings(**values)
+    key = api_key if api_key is not None else os.environ.get("VLLM_API_KEY")
+
+    def progress(message: str, fraction: float) -> None:
+        if not quiet:
+            typer.echo(f"[{100 * fraction:3.0f}%] {message}", err=True)
+
+    result = run_benchmark(base_url, model, settings, api_key=key or None, progress=progress)
+    if output is not None:
+        _write_atomic(output, result.model_dump_json(indent=2))
+    if as_json:
+        echo_json(
+            {
+                "base_url": result.base_url,
+                "model": result.model,
+                "status": result.status,
+                "max_model_len": result.max_model_len,
+                "errors": result.errors,
+                "notes": result.notes,
+                "knee": result.knee.model_dump() if result.knee else None,
+                "points": [p.model_dump(mode="json") for p in result.points],
+            }
+        )
+    else:
+        typer.echo(render(result))
+    if result.failed:
+        raise typer.Exit(1)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"--output {path}: cannot write ({exc.strerror}); pick a writable path") from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench", help="Benchmark any OpenAI-compatible server (TTFT, decode tok/s, aggregate tok/s, knee).")(
+        user_errors(bench)
+    )

@@ -1,0 +1,56 @@
+"""``roost diagnose LOGFILE``: why did this vLLM server fail to start?
+
+Prints the classification as JSON (``--json``) or as a few readable lines. Exit 0 when the log
+shows a failure (even one roost cannot name: ``unknown``), 1 when it shows none, 2 when the file
+cannot be read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from roost.commands._common import echo_json, user_errors
+from roost.errors import UserError
+
+
+def diagnose_command(
+    logfile: Annotated[Path, typer.Argument(help="A vLLM server log (docker logs output or the process backend's log file).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON: failure_class, retryable, remediation, evidence.")] = False,
+    exit_code: Annotated[
+        int | None, typer.Option("--exit-code", help="The server's exit status, when known (e.g. 137).")
+    ] = None,
+    oom_killed: Annotated[bool, typer.Option("--oom-killed", help="Docker reported State.OOMKilled=true.")] = False,
+    timed_out: Annotated[bool, typer.Option("--timed-out", help="The health wait gave up before the server was ready.")] = False,
+) -> None:
+    """Classify a failed vLLM start from its log: KV pool too small, vision-tower flags, MTP weights, OOM, port in use..."""
+    from roost.serve.diagnose import diagnose
+
+    try:
+        text = logfile.read_bytes().decode("utf-8", errors="replace")
+    except IsADirectoryError:
+        raise UserError(f"{logfile} is a directory: pass the server's log file") from None
+    except OSError as exc:
+        raise UserError(f"cannot read log file {logfile}: {exc.strerror or exc}; pass a readable vLLM log") from None
+    found = diagnose(text, exit_code, oom_killed=oom_killed, timed_out=timed_out)
+    if found is None:
+        if as_json:
+            echo_json({"failure_class": None, "retryable": None, "remediation": None, "evidence": None})
+        else:
+            typer.echo(f"{logfile}: no start failure found in the log")
+        raise typer.Exit(1)
+    if as_json:
+        echo_json(found)
+    else:
+        typer.echo(f"failure_class: {found.failure_class}")
+        typer.echo(f"retryable:     {str(found.retryable).lower()}")
+        typer.echo(f"remediation:   {found.remediation}")
+        typer.echo(f"evidence:      {found.evidence}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diagnose", help="Classify a failed vLLM start from its log (exit 0 failure found, 1 none, 2 unreadable).")(
+        user_errors(diagnose_command)
+    )

@@ -1,0 +1,88 @@
+"""``roost download REPO_ID [--revision REV] [--local-dir DIR] [--json]``: fetch and verify a checkpoint.
+
+Exit 0 when every file verified, 1 on an integrity failure (the file named on stderr) or a Hub that
+stayed unreachable, 2 for unusable input (unknown repo, bad revision, no access, no space).
+``HF_ENDPOINT`` picks the Hub (default huggingface.co); ``HF_TOKEN`` the token.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from roost.commands._common import echo_json, user_errors
+from roost.errors import UserError
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "download",
+        help="Download a checkpoint from the Hub (HF_ENDPOINT, HF_TOKEN honoured) and verify every file.",
+    )(user_errors(download))
+
+
+def download(
+    repo_id: Annotated[str, typer.Argument(help="Repository on the Hub, ORG/NAME.")],
+    revision: Annotated[str, typer.Option("--revision", help="Branch, tag or commit sha.")] = "main",
+    local_dir: Annotated[
+        Path | None,
+        typer.Option("--local-dir", help="Where the files go (default $ROOST_HOME/models/ORG--NAME)."),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")] = False,
+) -> None:
+    from pydantic import ValidationError
+
+    from roost.hub.download import (
+        DownloadProgress,
+        DownloadSpec,
+        default_local_dir,
+        download_and_verify,
+        format_bytes,
+        format_seconds,
+    )
+
+    try:
+        spec = DownloadSpec(repo_id=repo_id, revision=revision)
+    except ValidationError as exc:
+        raise UserError(
+            "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        ) from None
+    target = local_dir if local_dir is not None else default_local_dir(spec.repo_id)
+    if target.exists() and not target.is_dir():
+        raise UserError(f"--local-dir {target} exists and is not a directory; pass a directory")
+
+    _log_to_stderr()
+
+    def show(p: DownloadProgress) -> None:
+        typer.echo(f"roost: {p.line()}", err=True)
+
+    result = download_and_verify(spec, target, progress=show, progress_interval=5.0)
+    if json_output:
+        echo_json(result)
+        return
+    how = (
+        "cached, nothing fetched or hashed"
+        if result.cached
+        else f"fetched {format_bytes(result.downloaded_bytes)}, hashed {format_bytes(result.hashed_bytes)}"
+    )
+    typer.echo(
+        f"{result.repo_id}@{result.commit} verified in {result.local_dir}: {len(result.files)} files, "
+        f"{format_bytes(result.bytes)} ({how}, {format_seconds(result.seconds)})"
+    )
+
+
+def _log_to_stderr() -> None:
+    """roost's INFO lines (plan, resume, retries, the cache line) on stderr; HTTP client chatter off."""
+    logger = logging.getLogger("roost")
+    if not any(getattr(h, "_roost_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("roost: %(message)s"))
+        handler._roost_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    for noisy in ("httpx", "httpx2", "huggingface_hub"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,143 @@
+"""``roost results``: list the runs in the results store, newest last, filtered by model and host.
+
+Exit 0 (also for an empty store), 2 for a filter naming a model or host the store has never seen
+(the message lists the ones it has).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from roost.commands._common import echo_json, user_errors
+
+COLUMNS: list[tuple[str, str]] = [
+    ("run_id", "run"),
+    ("started_at", "started (UTC)"),
+    ("profile", "profile"),
+    ("repo_id", "model"),
+    ("host_name", "host"),
+    ("status", "status"),
+    ("decode_tok_s", "decode tok/s"),
+    ("ttft_s", "TTFT s"),
+    ("decode_pct_of_ceiling", "% ceiling"),
+    ("peak_output_tok_s", "peak tok/s"),
+    ("knee_concurrency", "knee"),
+    ("start_to_healthy_s", "cold start s"),
+    ("note", "note"),
+]
+NUMERIC = {"decode_tok_s", "ttft_s", "decode_pct_of_ceiling", "peak_output_tok_s", "knee_concurrency", "start_to_healthy_s"}
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if key == "started_at":
+        return str(value.strftime("%Y-%m-%d %H:%M"))
+    if key == "knee_concurrency":
+        return str(int(value))
+    if key in NUMERIC:
+        from roost.headline import fmt_value
+
+        return fmt_value(float(value))
+    return str(value)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if hasattr(value, "isoformat"):
+        return None if str(value) == "NaT" else value.isoformat()
+    return value
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    """Aligned plain-text columns; numbers right-aligned."""
+    cells = [[_cell(k, r.get(k)) for k, _ in COLUMNS] for r in rows]
+    heads = [h for _, h in COLUMNS]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+
+    def line(values: list[str]) -> str:
+        out = []
+        for (key, _), v, w in zip(COLUMNS, values, widths, strict=True):
+            out.append(v.rjust(w) if key in NUMERIC else v.ljust(w))
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(heads), line(["-" * w for w in widths]), *(line(c) for c in cells)])
+
+
+def select_runs(df: Any, model: str | None, host: str | None, last: int | None) -> Any:
+    """Filter a ``load_runs`` frame; an unknown model or host is a UserError naming the known ones."""
+    from roost.errors import UserError
+    from roost.store import slug
+
+    if model is not None:
+        keep = (
+            (df["repo_id"] == model)
+            | (df["model"] == slug(model))
+            | (df["served_model_name"] == model)
+            | (df["profile"] == model)
+        )
+        if not keep.any():
+            known = sorted(set(df["repo_id"]) | set(df["profile"]))
+            raise UserError(f"--model {model!r}: no runs for it in the results store; known: {', '.join(known)}")
+        df = df[keep]
+    if host is not None:
+        keep = (df["host_name"] == host) | (df["host"] == slug(host))
+        if not keep.any():
+            raise UserError(f"--host {host!r}: no runs for it{' and that model' if model else ''}; "
+                            f"known: {', '.join(sorted(set(df['host_name'])))}")
+        df = df[keep]
+    if last is not None:
+        df = df.tail(last)
+    return df
+
+
+def results(
+    model: Annotated[
+        str | None, typer.Option("--model", help="Repo id (org/name), profile or served model name.")
+    ] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Host name, e.g. spark or cpu.")] = None,
+    last: Annotated[int | None, typer.Option("--last", help="Only the latest N runs (after filtering).", min=1)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs as a JSON list (every column).")] = False,
+    results_dir: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Results directory (default: $ROOST_RESULTS_DIR, else ./results)."),
+    ] = None,
+) -> None:
+    """List stored runs with their headline numbers, oldest first."""
+    from roost.errors import UserError
+    from roost.settings import results_dir as default_results_dir
+    from roost.store import load_runs
+
+    root = results_dir if results_dir is not None else default_results_dir()
+    if root.exists() and not root.is_dir():
+        raise UserError(f"--dir {root}: not a directory; point it at a roost results directory")
+    df = load_runs(root)
+    if df.empty:
+        if as_json:
+            echo_json([])
+        else:
+            typer.echo(f"no runs recorded yet in {root}")
+        return
+    df = select_runs(df, model, host, last)
+    df = df.assign(note=[
+        f"failed at {s}: {c}" if st != "completed" else ""
+        for s, c, st in zip(df["failed_stage"], df["failure_class"], df["status"], strict=True)
+    ])
+    rows: list[dict[str, Any]] = df.to_dict(orient="records")
+    if as_json:
+        clean = [{k: _json_value(v) for k, v in r.items()} for r in rows]
+        echo_json(clean)
+    else:
+        typer.echo(render_table(rows))
+        typer.echo(f"\n{len(rows)} run(s) in {root}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("results", help="List stored runs and their headline numbers; filter by model and host.")(
+        user_errors(results)
+    )

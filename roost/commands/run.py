@@ -1,0 +1,67 @@
+"""``roost run``: the whole pipeline (download -> audit -> build -> serve -> health -> bench -> report)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from roost.commands._common import echo_json, user_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "run",
+        help="Run the land pipeline. With no arguments: the embedded local default (a tiny model generated "
+        "on the spot, served from a local Hub mirror by a real vLLM on this CPU).",
+    )(user_errors(run))
+
+
+def run(
+    profile: Annotated[str, typer.Option(help="Model profile: local, ornith-9b, ornith-35b, ornith-1.5-35b-a3b-nvfp4.")] = "local",
+    revision: Annotated[str | None, typer.Option(help="Branch, tag or commit (default: the profile's).")] = None,
+    host: Annotated[str | None, typer.Option(help="Host profile to serve on (default: the profile's).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port for the vLLM server (default: a free one).")] = None,
+    keep_serving: Annotated[bool, typer.Option("--keep-serving", help="Leave the server running after the run.")] = False,
+    notify: Annotated[bool, typer.Option("--notify/--no-notify", help="Send Slack notifications if configured.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON.")] = False,
+) -> None:
+    from roost.hosts import get_host
+    from roost.net import require_free_port
+    from roost.profiles import get_profile
+
+    prof = get_profile(profile)  # unknown names fail here, before Prefect starts
+    get_host(host or prof.host)
+    if port is not None:
+        require_free_port(port)
+
+    # Without PREFECT_API_URL Prefect starts a temporary local server on the default SQLite database;
+    # on a busy 2-core machine it needs longer than Prefect's default 20 s to come up.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    from flows.land import land
+
+    record = land(profile=profile, revision=revision, host=host, port=port, keep_serving=keep_serving, notify=notify)
+    if as_json:
+        echo_json(record)
+        return
+    typer.echo(_summary(record))
+
+
+def _summary(record: dict[str, object]) -> str:
+    lines = [f"roost: landed {record['meta']['repo_id']}@{str(record['meta']['commit'])[:12]}"  # type: ignore[index]
+             f" on {record['meta']['host']}"]  # type: ignore[index]
+    for p in record.get("points", []):  # type: ignore[union-attr]
+        lines.append(
+            f"  {p['kind']:<13} prompt {p['prompt_tokens']:>6} x{p['concurrency']:<3} "
+            f"TTFT {_fmt(p.get('ttft_s_median'), 's', 3)}  decode {_fmt(p.get('decode_tok_s_median'), 'tok/s', 1)}"
+            f"  aggregate {_fmt(p.get('output_tok_s'), 'tok/s', 1)}"
+        )
+    for s in record.get("stages", []):  # type: ignore[union-attr]
+        lines.append(f"  stage {s['stage']:<12} {s['seconds']:7.1f} s  {s['status']}{' (cached)' if s['cached'] else ''}")
+    lines.append(f"report: {record['report_path']}")
+    return "\n".join(lines)
+
+
+def _fmt(value: object, unit: str, digits: int) -> str:
+    return f"{value:.{digits}f} {unit}" if isinstance(value, int | float) else "n/a"

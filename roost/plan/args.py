@@ -1,0 +1,196 @@
+"""The vLLM arguments a checkpoint needs, derived from what it declares and what it ships, and the fit check.
+
+- ``--max-model-len``: the model's native window unless told otherwise.
+- ``--kv-cache-memory-bytes``: the smallest pool reaching a target concurrency at that window, never
+  below what one full-length request needs (vLLM refuses to start otherwise).
+- ``--language-model-only``: only when the config declares a vision tower and the checkpoint ships none
+  of its tensors (passing it with the tower present fails at weight load).
+- ``--speculative-config '{"method":"mtp","num_speculative_tokens":1}'``: only when ``mtp.*`` tensors exist
+  (a config's ``mtp_num_hidden_layers`` is a declaration, the index is the fact).
+- ``--kv-cache-dtype fp8``: when the checkpoint was calibrated for an FP8 KV cache (ModelOpt
+  ``kv_cache_quant_algo: FP8``).
+- ``--served-model-name``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from roost.checkpoint.layout import ModelConfigInfo
+from roost.errors import UserError
+from roost.hosts import HostProfile
+from roost.plan.kv import KvModelSpec, KvRules, kv_model_from_config, pool_for_concurrency
+
+MTP_SPECULATIVE_CONFIG: dict[str, Any] = {"method": "mtp", "num_speculative_tokens": 1}
+
+
+class ServeArgs(BaseModel):
+    """The derived vLLM arguments, as fields and as an argv tail (``to_argv``)."""
+
+    served_model_name: str
+    max_model_len: int
+    kv_cache_memory_bytes: int
+    language_model_only: bool = False
+    speculative_config: dict[str, Any] | None = None
+    kv_cache_dtype: str = "auto"
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return int(self.speculative_config["num_speculative_tokens"]) if self.speculative_config else 0
+
+    def to_argv(self) -> list[str]:
+        argv = [
+            "--served-model-name",
+            self.served_model_name,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--kv-cache-memory-bytes",
+            str(self.kv_cache_memory_bytes),
+        ]
+        if self.kv_cache_dtype != "auto":
+            argv += ["--kv-cache-dtype", self.kv_cache_dtype]
+        if self.language_model_only:
+            argv.append("--language-model-only")
+        if self.speculative_config is not None:
+            argv += ["--speculative-config", json.dumps(self.speculative_config, separators=(",", ":"))]
+        return argv
+
+
+def kv_cache_dtype_for(cfg: ModelConfigInfo) -> str:
+    """``fp8`` when the checkpoint ships an FP8-calibrated KV cache, else ``auto`` (the model dtype)."""
+    q = cfg.quantization or {}
+    algo = q.get("kv_cache_quant_algo")
+    if algo is None and isinstance(q.get("quantization"), dict):
+        algo = q["quantization"].get("kv_cache_quant_algo")
+    return "fp8" if isinstance(algo, str) and algo.upper().startswith("FP8") else "auto"
+
+
+def serve_kv_model(cfg: ModelConfigInfo, rules: KvRules, *, mtp_tensor_count: int) -> KvModelSpec:
+    """The KV spec of ``cfg`` served with the derived args (FP8 KV when calibrated, MTP when shipped)."""
+    spec_tokens = MTP_SPECULATIVE_CONFIG["num_speculative_tokens"] if mtp_tensor_count > 0 else 0
+    return kv_model_from_config(
+        cfg, rules, kv_cache_dtype=kv_cache_dtype_for(cfg), num_speculative_tokens=int(spec_tokens)
+    )
+
+
+def derive_vllm_args(
+    cfg: ModelConfigInfo,
+    rules: KvRules,
+    *,
+    visual_tensor_count: int,
+    mtp_tensor_count: int,
+    served_model_name: str,
+    max_model_len: int | None = None,
+    kv_cache_memory_bytes: int | None = None,
+    target_concurrency: float = 1.0,
+) -> ServeArgs:
+    """The vLLM arguments for this checkpoint. An explicit pool smaller than one full request is an error."""
+    if not served_model_name.strip():
+        raise UserError("served model name must not be empty")
+    window = max_model_len or cfg.max_position_embeddings
+    if window > cfg.max_position_embeddings:
+        raise UserError(
+            f"--max-model-len {window:,} exceeds the model's native window ({cfg.max_position_embeddings:,} "
+            "max_position_embeddings); lower it"
+        )
+    kv_model = serve_kv_model(cfg, rules, mtp_tensor_count=mtp_tensor_count)
+    smallest = pool_for_concurrency(kv_model, rules, target_concurrency, window)
+    if kv_cache_memory_bytes is None:
+        pool = smallest
+    else:
+        one = pool_for_concurrency(kv_model, rules, 1.0, window)
+        if kv_cache_memory_bytes < one:
+            raise UserError(
+                f"--kv-cache-memory-bytes {kv_cache_memory_bytes:,} cannot hold one {window:,}-token request; "
+                f"vLLM needs at least {one:,} bytes ({one / 1024**3:.2f} GiB)"
+            )
+        pool = kv_cache_memory_bytes
+    return ServeArgs(
+        served_model_name=served_model_name,
+        max_model_len=window,
+        kv_cache_memory_bytes=pool,
+        language_model_only=cfg.has_vision_config and visual_tensor_count == 0,
+        speculative_config=dict(MTP_SPECULATIVE_CONFIG) if mtp_tensor_count > 0 else None,
+        kv_cache_dtype=kv_cache_dtype_for(cfg),
+    )
+
+
+class FitCheck(BaseModel):
+    """Weights + KV pool + headroom against the host's budget for vLLM."""
+
+    weight_bytes: int = Field(description="Weights vLLM loads (vision tower excluded with --language-model-only, MTP without spec decode).")
+    kv_cache_memory_bytes: int
+    headroom_bytes: int
+    total_bytes: int
+    usable_bytes: int
+    free_bytes: int = Field(description="usable - total; negative when it does not fit.")
+    fits: bool
+
+
+def fit_check(weight_bytes: int, kv_cache_memory_bytes: int, host: HostProfile) -> FitCheck:
+    total = weight_bytes + kv_cache_memory_bytes + host.headroom_bytes
+    return FitCheck(
+        weight_bytes=weight_bytes,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        headroom_bytes=host.headroom_bytes,
+        total_bytes=total,
+        usable_bytes=host.usable_bytes,
+        free_bytes=host.usable_bytes - total,
+        fits=total <= host.usable_bytes,
+    )
+
+
+class VllmOverrides(BaseModel):
+    """The sizing-relevant flags found in extra vLLM args (a profile's ``vllm_overrides``; last one wins)."""
+
+    max_model_len: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    enable_prefix_caching: bool | None = None
+    block_size: int | None = None
+
+
+_VALUE_FLAGS = {
+    "--max-model-len": "max_model_len",
+    "--kv-cache-memory-bytes": "kv_cache_memory_bytes",
+    "--dtype": "dtype",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--block-size": "block_size",
+}
+_INT_FIELDS = {"max_model_len", "kv_cache_memory_bytes", "block_size"}
+
+
+def parse_overrides(argv: list[str]) -> VllmOverrides:
+    """Pick ``--max-model-len``, ``--kv-cache-memory-bytes``, ``--dtype``, ``--kv-cache-dtype``,
+    ``--block-size`` and ``--[no-]enable-prefix-caching`` out of an argv tail (both ``--f v`` and ``--f=v``)."""
+    found: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, eq, inline = arg.partition("=")
+        if flag in _VALUE_FLAGS:
+            if eq:
+                value = inline
+            elif i + 1 < len(argv):
+                i += 1
+                value = argv[i]
+            else:
+                raise UserError(f"vLLM override {flag} has no value")
+            field = _VALUE_FLAGS[flag]
+            if field in _INT_FIELDS:
+                try:
+                    found[field] = int(value.replace("_", ""))
+                except ValueError:
+                    raise UserError(f"vLLM override {flag} {value!r} is not an integer") from None
+            else:
+                found[field] = value
+        elif arg == "--enable-prefix-caching":
+            found["enable_prefix_caching"] = True
+        elif arg == "--no-enable-prefix-caching":
+            found["enable_prefix_caching"] = False
+        i += 1
+    return VllmOverrides(**found)

@@ -1,0 +1,161 @@
+"""The preflight plan for one checkpoint, pool and host: what vLLM will log, and whether it fits.
+
+``plan_checkpoint`` audits the checkpoint (headers and config only), builds the KV spec vLLM will use
+with the derived arguments, predicts the KV-cache lines for ``--kv-cache-memory-bytes`` and
+``--max-model-len``, and checks weights + pool + headroom against the host's budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from roost.checkpoint.audit import AuditReport, audit_checkpoint, format_bytes
+from roost.checkpoint.layout import load_config
+from roost.hosts import HostProfile
+from roost.plan.args import (
+    FitCheck,
+    derive_vllm_args,
+    fit_check,
+    kv_cache_dtype_for,
+    parse_overrides,
+    serve_kv_model,
+)
+from roost.plan.kv import (
+    KvPlan,
+    effective_pool,
+    kv_model_from_config,
+    plan_kv,
+    pool_for_concurrency,
+    rules_for_host,
+)
+
+GiB = 1024**3
+
+
+class PlanReport(BaseModel):
+    """``roost plan --json``: the KV figures vLLM will log and the fit on the host."""
+
+    path: str
+    host: str
+    rules: str = Field(description="Which vLLM build's sizing rules were applied.")
+    architecture: str
+    max_model_len: int
+    kv_cache_memory_bytes: int
+    block_size: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    min_kv_cache_bytes: int = Field(description="Smallest pool that holds one request at max_model_len.")
+    fits_one_request: bool
+    fits_host: bool
+    decode_ceiling_tok_s: float
+    kv_bytes_per_token: int
+    kv: KvPlan
+    fit: FitCheck
+    vllm_args: list[str]
+    predicted_log_lines: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.path} on {self.host} ({self.rules}): max_model_len {self.max_model_len:,}, "
+            f"pool {self.kv_cache_memory_bytes:,} bytes ({format_bytes(self.kv_cache_memory_bytes)})",
+            f"  block size {self.block_size}, {self.kv.num_blocks:,} blocks of {self.kv.bytes_per_block:,} bytes, "
+            f"{self.kv.blocks_per_request} per request, {len(self.kv.groups)} group(s)",
+            f"  KV cache size: {self.kv_cache_tokens:,} tokens; max concurrency {self.max_concurrency:.2f}x",
+            f"  one full request needs a pool of {self.min_kv_cache_bytes:,} bytes ({format_bytes(self.min_kv_cache_bytes)}): "
+            + ("fits" if self.fits_one_request else "DOES NOT FIT"),
+            f"  host: weights {format_bytes(self.fit.weight_bytes)} + pool {format_bytes(self.fit.kv_cache_memory_bytes)} + "
+            f"headroom {format_bytes(self.fit.headroom_bytes)} = {format_bytes(self.fit.total_bytes)} of "
+            f"{format_bytes(self.fit.usable_bytes)}: "
+            + ("fits" if self.fits_host else "DOES NOT FIT"),
+            f"  decode ceiling {self.decode_ceiling_tok_s:.1f} tok/s",
+            "  vLLM will log:",
+            *[f"    {line}" for line in self.predicted_log_lines],
+        ]
+        return "\n".join(lines)
+
+
+def plan_checkpoint(
+    path: Path,
+    host: HostProfile,
+    kv_cache_memory_bytes: int | None,
+    *,
+    max_model_len: int | None = None,
+    served_model_name: str | None = None,
+    target_concurrency: float = 1.0,
+    vllm_overrides: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    audit: AuditReport | None = None,
+) -> PlanReport:
+    """Predict vLLM's KV sizing and the host fit for the checkpoint at ``path``.
+
+    ``kv_cache_memory_bytes=None`` plans the smallest pool reaching ``target_concurrency`` full-length
+    requests. ``vllm_overrides`` (appended after roost's args, so they win) may change the window, the
+    pool, ``--dtype``, ``--kv-cache-dtype``, ``--block-size`` or prefix caching; the plan follows them.
+    ``env`` is the server's environment: on the CPU backend ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB)
+    replaces ``--kv-cache-memory-bytes``, and the plan uses what vLLM will. Pass ``audit`` to reuse an
+    audit of the same directory.
+    """
+    model_dir = Path(path)
+    report = audit or audit_checkpoint(model_dir, host, served_model_name=served_model_name)
+    cfg = load_config(model_dir)
+    ov = parse_overrides(list(vllm_overrides))
+    rules = rules_for_host(host)
+    if ov.block_size is not None:
+        rules = rules.model_copy(update={"default_block_size": ov.block_size})
+    prefix = ov.enable_prefix_caching if ov.enable_prefix_caching is not None else True
+    L = ov.max_model_len or max_model_len or cfg.max_position_embeddings
+    base = serve_kv_model(cfg, rules, mtp_tensor_count=report.mtp_tensor_count)
+    kv_model = kv_model_from_config(
+        cfg,
+        rules,
+        dtype=ov.dtype if ov.dtype not in (None, "auto") else None,
+        kv_cache_dtype=ov.kv_cache_dtype or kv_cache_dtype_for(cfg),
+        num_speculative_tokens=base.num_speculative_tokens,
+    )
+    min_pool = pool_for_concurrency(kv_model, rules, 1.0, L, enable_prefix_caching=prefix)
+    requested = ov.kv_cache_memory_bytes or kv_cache_memory_bytes
+    if requested is None:
+        requested = pool_for_concurrency(kv_model, rules, target_concurrency, L, enable_prefix_caching=prefix)
+    pool = effective_pool(rules, requested, env)
+    kv = plan_kv(kv_model, rules, pool, L, enable_prefix_caching=prefix)
+    args = derive_vllm_args(
+        cfg,
+        rules,
+        visual_tensor_count=report.visual_tensor_count,
+        mtp_tensor_count=report.mtp_tensor_count,
+        served_model_name=report.served_model_name,
+        max_model_len=L,
+        kv_cache_memory_bytes=max(requested, min_pool),
+    )
+    argv = args.to_argv()
+    # Keep the pool that will be asked for in the args, even when it is too small: the plan reports it.
+    i = argv.index("--kv-cache-memory-bytes")
+    argv[i + 1] = str(requested)
+    fit = fit_check(report.load_weight_bytes, pool, host)
+    return PlanReport(
+        path=str(model_dir),
+        host=host.name,
+        rules=rules.name,
+        architecture=report.architecture,
+        max_model_len=kv.max_model_len,
+        kv_cache_memory_bytes=pool,
+        block_size=kv.block_size,
+        kv_cache_tokens=kv.kv_cache_tokens,
+        max_concurrency=kv.max_concurrency,
+        min_kv_cache_bytes=min_pool,
+        fits_one_request=kv.fits_one_request,
+        fits_host=fit.fits,
+        decode_ceiling_tok_s=report.decode_ceiling_tok_s,
+        kv_bytes_per_token=kv.kv_bytes_per_token,
+        kv=kv,
+        fit=fit,
+        vllm_args=argv,
+        predicted_log_lines=kv.log_lines,
+    )

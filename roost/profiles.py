@@ -1,0 +1,97 @@
+"""Model profiles: which checkpoint to land, where, and how to serve and measure it.
+
+``blocks/profiles.py`` stores the same fields as a Prefect block so a deployment form can pick
+one; these built-ins mirror the three seed recipes plus the embedded local demo.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from roost.errors import UserError
+
+DEFAULT_ALLOW = [
+    "*.safetensors", "*.json", "tokenizer*", "*.jinja", "*.tiktoken", "*.model", "*.txt", "*.md",
+]
+DEFAULT_IGNORE = ["original/*", "*.pth", "*.gguf", "*.bin", "*.pt", "*.onnx", "*.msgpack", "*.h5"]
+
+
+class ModelProfile(BaseModel):
+    """Everything roost needs to land one model."""
+
+    name: str = Field(description="Profile name (lowercase, dashes).")
+    repo_id: str
+    revision: str = "main"
+    served_model_name: str
+    host: str = Field(default="spark", description="Host profile to serve on (roost.hosts).")
+    allow_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW))
+    ignore_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE))
+    max_model_len: int | None = Field(default=None, description="None: the model's native window.")
+    kv_cache_memory_bytes: int | None = Field(default=None, description="None: the plan's smallest pool for target_concurrency.")
+    target_concurrency: float = Field(default=1.5, description="Full-length requests the KV pool must hold.")
+    max_num_seqs: int | None = None
+    vllm_overrides: list[str] = Field(default_factory=list, description="Extra vLLM args appended last (they win).")
+    bench: dict[str, Any] = Field(default_factory=dict, description="BenchSettings fields (roost.bench.sweep).")
+    health_timeout_s: float | None = Field(default=None, description="None: the host profile's timeout.")
+    demo: bool = Field(default=False, description="Generated on the spot and published to a local Hub mirror.")
+
+
+LOCAL = ModelProfile(
+    name="local",
+    repo_id="roost-demo/tiny-qwen3",
+    served_model_name="tiny",
+    host="cpu",
+    max_model_len=2048,
+    kv_cache_memory_bytes=1024**3,
+    vllm_overrides=["--dtype", "bfloat16"],
+    bench={"prompt_lengths": [128, 1024], "output_tokens": 64, "concurrency": [1, 4], "repeats": 2, "warmup": 2},
+    demo=True,
+)
+
+ORNITH_35B = ModelProfile(
+    name="ornith-35b",
+    repo_id="deep-reinforce/Ornith-1.0-35B",
+    served_model_name="ornith",
+    host="spark",
+    kv_cache_memory_bytes=8 * 1024**3,
+    max_num_seqs=16,
+    vllm_overrides=["--max-num-batched-tokens", "8192"],
+    bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000], "output_tokens": 256,
+           "concurrency": [1, 16, 20, 24], "repeats": 3},
+    health_timeout_s=1200,
+)
+
+ORNITH_9B = ModelProfile(
+    name="ornith-9b",
+    repo_id="deep-reinforce/Ornith-1.0-9B",
+    served_model_name="ornith9b",
+    host="spark",
+    kv_cache_memory_bytes=12 * 1024**3,
+    bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000], "output_tokens": 256,
+           "concurrency": [1, 16, 20, 24], "repeats": 3},
+    health_timeout_s=900,
+)
+
+ORNITH_15_NVFP4 = ModelProfile(
+    name="ornith-1.5-35b-a3b-nvfp4",
+    repo_id="ornith-ai/Ornith-1.5-35B-A3B-NVFP4",
+    served_model_name="ornith-1.5-35b-a3b",
+    host="spark",
+    kv_cache_memory_bytes=4 * 1024**3,
+    max_num_seqs=20,
+    bench={"prompt_lengths": [512, 2048, 8192, 32768], "output_tokens": 512,
+           "concurrency": [1, 16, 20, 24], "repeats": 3},
+    health_timeout_s=900,
+)
+
+PROFILES: dict[str, ModelProfile] = {p.name: p for p in (LOCAL, ORNITH_35B, ORNITH_9B, ORNITH_15_NVFP4)}
+
+
+def get_profile(name: str) -> ModelProfile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise UserError(f"unknown model profile {name!r}: choose one of {known}") from None

@@ -1,0 +1,286 @@
+# ruff: noqa: RUF001  (typographic characters in user-facing text are deliberate)
+"""The report's charts as PNG files (matplotlib's Agg canvas: headless, no pyplot global state).
+
+Each function draws one chart from a RunRecord and returns the path it wrote, or ``None`` when the
+run has no data for that chart (a failed run, a sweep that was skipped).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from roost.headline import (
+    KNEE_FRACTION,
+    concurrency_points,
+    fmt_value,
+    headline,
+    knee_point,
+    peak_point,
+    prompt_points,
+)
+from roost.records import RunRecord
+from roost.regress import RegressionReport, key_of
+
+BLUE = "#2D6FB7"
+ORANGE = "#E07B24"
+RED = "#C0392B"
+GREEN = "#3F8F3A"
+GREY = "#8E8E93"
+OFF_SCALE = 3.0
+"""A ceiling more than this many times the fastest point is written as text, not drawn to scale."""
+
+
+def _figure(width: float = 8.0, height: float = 4.6) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    from roost.store import atomic_write_bytes
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", facecolor="white")
+    return atomic_write_bytes(path, buf.getvalue(), overwrite=True)
+
+
+def _tokens_label(x: float, _pos: object = None) -> str:
+    """``511``, ``2.04k``, ``131k``: three significant digits at most."""
+    if x >= 1000:
+        return f"{x / 1000:.3g}k"
+    return f"{x:g}"
+
+
+def _prompt_axis(ax: object, xs: list[int]) -> None:
+    from matplotlib.axes import Axes
+
+    assert isinstance(ax, Axes)
+    if len(xs) > 1 and max(xs) / max(min(xs), 1) >= 8:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(xs)
+    ax.xaxis.set_major_formatter(FuncFormatter(_tokens_label))
+    ax.set_xlabel("prompt length (tokens)")
+    ax.grid(True, alpha=0.3)
+
+
+def decode_vs_prompt(record: RunRecord, path: Path) -> Path | None:
+    """Single-stream decode tok/s (median, min-max bars) against prompt length, with the ceiling."""
+    pts = [p for p in prompt_points(record) if p.decode_tok_s_median is not None]
+    if not pts:
+        return None
+    xs = [p.prompt_tokens for p in pts]
+    ys = [float(p.decode_tok_s_median or 0.0) for p in pts]
+    lo = [y - float(p.decode_tok_s_min if p.decode_tok_s_min is not None else y) for p, y in zip(pts, ys, strict=True)]
+    hi = [float(p.decode_tok_s_max if p.decode_tok_s_max is not None else y) - y for p, y in zip(pts, ys, strict=True)]
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=BLUE, capsize=4, lw=2, ms=7, label="decode tok/s (median, min–max)")
+    ceiling = record.decode_ceiling_tok_s
+    top = max(ys + [y + h for y, h in zip(ys, hi, strict=True)])
+    if ceiling is not None and ceiling <= OFF_SCALE * top:
+        ax.axhline(ceiling, color=RED, ls="--", lw=1.8, label=f"roofline ceiling {fmt_value(ceiling, 'tok/s')}")
+        top = max(top, ceiling)
+    elif ceiling is not None:
+        ax.text(
+            0.99, 0.97, f"roofline ceiling {fmt_value(ceiling, 'tok/s')} (off scale ↑)",
+            transform=ax.transAxes, ha="right", va="top", color=RED, fontsize=10,
+        )
+    for x, y in zip(xs, ys, strict=True):
+        label = fmt_value(y)
+        if ceiling:
+            label += f"\n{100 * y / ceiling:.0f}%"
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(0, 9), ha="center", fontsize=9)
+    ax.set_ylim(0, top * 1.22)
+    _prompt_axis(ax, xs)
+    ax.set_ylabel("decode tok/s (single stream)")
+    ax.set_title(f"Decode rate vs prompt length — {record.meta.profile} on {record.meta.host}")
+    ax.legend(loc="lower left")
+    return _save(fig, path)
+
+
+def ttft_vs_prompt(record: RunRecord, path: Path) -> Path | None:
+    """Time to first token (median, p90) against prompt length on a log axis."""
+    pts = [p for p in prompt_points(record) if p.ttft_s_median is not None and (p.ttft_s_median or 0) > 0]
+    if not pts:
+        return None
+    xs = [p.prompt_tokens for p in pts]
+    ys = [float(p.ttft_s_median or 0.0) for p in pts]
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.plot(xs, ys, "o-", color=ORANGE, lw=2, ms=7, label="TTFT median")
+    p90 = [(p.prompt_tokens, p.ttft_s_p90) for p in pts if p.ttft_s_p90 is not None and p.ttft_s_p90 > 0]
+    if p90:
+        ax.plot([x for x, _ in p90], [float(y or 0) for _, y in p90], "s:", color=GREY, ms=5, label="TTFT p90")
+    for x, y in zip(xs, ys, strict=True):
+        ax.annotate(f"{fmt_value(y)} s", (x, y), textcoords="offset points", xytext=(0, 9), ha="center", fontsize=9)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    lo, hi = min(ys), max(ys + [float(y or 0) for _, y in p90])
+    ax.set_ylim(lo / 2, hi * 2.5)
+    _prompt_axis(ax, xs)
+    ax.set_ylabel("time to first token (s, log scale)")
+    ax.set_title(f"TTFT vs prompt length — {record.meta.profile} on {record.meta.host}")
+    ax.legend(loc="upper left")
+    return _save(fig, path)
+
+
+def throughput_vs_concurrency(record: RunRecord, path: Path) -> Path | None:
+    """Aggregate output tok/s against concurrency, the peak and the knee marked."""
+    pts = [p for p in concurrency_points(record) if p.output_tok_s is not None]
+    if not pts:
+        return None
+    xs = [p.concurrency for p in pts]
+    ys = [float(p.output_tok_s or 0.0) for p in pts]
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.plot(xs, ys, "o-", color=BLUE, lw=2, ms=7, label="aggregate output tok/s")
+    for x, y in zip(xs, ys, strict=True):
+        ax.annotate(fmt_value(y), (x, y), textcoords="offset points", xytext=(0, 10), ha="center", fontsize=9)
+    knee = knee_point(pts)
+    peak = peak_point(pts)
+    if peak is not None and peak.output_tok_s is not None:
+        ax.axhline(KNEE_FRACTION * peak.output_tok_s, color=GREY, ls=":", lw=1,
+                   label=f"{KNEE_FRACTION:.0%} of peak ({fmt_value(KNEE_FRACTION * peak.output_tok_s, 'tok/s')})")
+    if knee is not None and knee.output_tok_s is not None:
+        ax.axvline(knee.concurrency, color=GREEN, ls="--", lw=1.5)
+        ax.plot([knee.concurrency], [knee.output_tok_s], marker="*", color=GREEN, ms=18, ls="none",
+                label=f"knee: {knee.concurrency} concurrent")
+        ax.text(knee.concurrency, 0.03 * max(ys) * 1.2, f"knee @ {knee.concurrency} ", color=GREEN, fontsize=10,
+                fontweight="bold", ha="right", va="bottom")
+    if peak is not None and peak is not knee and peak.output_tok_s is not None:
+        ax.plot([peak.concurrency], [peak.output_tok_s], marker="D", color=RED, ms=8, ls="none",
+                label=f"peak: {fmt_value(peak.output_tok_s, 'tok/s')} @ {peak.concurrency}")
+    if len(xs) > 1 and max(xs) / max(min(xs), 1) >= 16:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(xs)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+    ax.set_ylim(0, max(ys) * 1.2)
+    ax.set_xlim(0 if min(xs) <= 1 and ax.get_xscale() == "linear" else None)
+    ax.set_xlabel("concurrent requests")
+    ax.set_ylabel("aggregate output tok/s")
+    ax.set_title(f"Throughput vs concurrency — {record.meta.profile} on {record.meta.host}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left")
+    return _save(fig, path)
+
+
+def timeline(record: RunRecord, path: Path) -> Path | None:
+    """The pipeline's stages as consecutive bars, with vLLM's start broken into load/compile/ready."""
+    s = record.serve
+    serve_parts = [(n, v) for n, v in (("load", s.load_s), ("compile", s.compile_s), ("ready", s.ready_s)) if v]
+    if not record.stages and not serve_parts:
+        return None
+    fig = _figure(8.0, 1.2 + 0.45 * (len(record.stages) + (1 if serve_parts else 0)))
+    ax = fig.add_subplot()
+    labels: list[str] = []
+    t = 0.0
+    serve_start = 0.0
+    colors = {"completed": BLUE, "failed": RED, "skipped": "#C7C7CC"}
+    for i, st in enumerate(record.stages):
+        color = GREY if st.cached else colors.get(st.status, BLUE)
+        ax.barh(i, max(st.seconds, 0.0), left=t, color=color, height=0.6)
+        note = " (cached)" if st.cached else (" FAILED" if st.status == "failed" else "")
+        ax.text(t + st.seconds, i, f" {st.seconds:,.1f} s{note}", va="center", fontsize=9)
+        if st.stage.startswith("serve"):
+            serve_start = t
+        labels.append(st.stage)
+        t += st.seconds
+    if serve_parts:
+        row = len(record.stages)
+        left = serve_start
+        shades = {"load": "#5794F2", "compile": "#FF9830", "ready": "#73BF69"}
+        for name, secs in serve_parts:
+            ax.barh(row, float(secs or 0.0), left=left, color=shades[name], height=0.6, label=f"vLLM {name}")
+            left += float(secs or 0.0)
+        ax.text(left, row, f" {left - serve_start:,.1f} s", va="center", fontsize=9)
+        labels.append("vLLM start")
+        ax.legend(loc="upper right", fontsize=8, ncols=3)
+        t = max(t, left)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(t, 1e-3) * 1.18)
+    ax.set_xlabel("seconds since the run started")
+    ax.set_title(f"Cold-load timeline — {record.meta.profile} on {record.meta.host}")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+HISTORY_METRICS: dict[str, tuple[str, str, str]] = {
+    "decode_tok_s": ("decode tok/s @ {ref:,}-token prompt", "tok/s", "decode_tok_s@prompt={ref}"),
+    "ttft_s": ("TTFT @ {ref:,}-token prompt", "s", "ttft_s@prompt={ref}"),
+    "peak_output_tok_s": ("peak aggregate output tok/s", "tok/s", "peak_output_tok_s"),
+    "start_to_healthy_s": ("cold start to /health", "s", "start_to_healthy_s"),
+}
+"""Headline field -> (title, unit, the compared metric whose baseline the chart draws)."""
+
+
+def history(
+    field: str,
+    record: RunRecord,
+    runs: list[RunRecord],
+    comparison: RegressionReport | None,
+    path: Path,
+) -> Path | None:
+    """One headline number across the runs of this model and host; comparable runs in colour."""
+    title, unit, metric_name = HISTORY_METRICS[field]
+    all_runs = sorted({r.meta.run_id: r for r in [*runs, record]}.values(), key=lambda r: r.meta.started_at)
+    all_runs = all_runs[-30:]
+    cfg = comparison.config if comparison is not None else None
+    key = key_of(record.meta, cfg)
+    points = []
+    for i, r in enumerate(all_runs):
+        value = getattr(headline(r), field)
+        if value is not None:
+            points.append((i, float(value), r))
+    failed = [i for i, r in enumerate(all_runs) if r.status != "completed"]
+    if not points:
+        return None
+    fig = _figure(8.0, 3.8)
+    ax = fig.add_subplot()
+    if failed:
+        ax.plot(failed, [0.0] * len(failed), "X", color=RED, ms=11, ls="none", clip_on=False, label="failed run")
+    same = [(i, v) for i, v, r in points if key_of(r.meta, cfg) == key]
+    other = [(i, v) for i, v, r in points if key_of(r.meta, cfg) != key]
+    if same:
+        ax.plot([i for i, _ in same], [v for _, v in same], "o-", color=BLUE, lw=1.8, ms=6, label="comparable runs")
+    if other:
+        ax.plot([i for i, _ in other], [v for _, v in other], "o", mfc="none", color=GREY, ms=6, label="other configurations")
+    refs = [headline(r).reference_prompt_tokens for r in reversed(all_runs)]
+    ref = next((x for x in refs if x), 0)  # this run's, or the latest run's that had one
+    title = title.format(ref=ref) if ref else title.replace(" @ {ref:,}-token prompt", "")
+    cmp = comparison.get(metric_name.format(ref=ref)) if comparison else None
+    if cmp is not None and cmp.baseline is not None and cmp.threshold is not None:
+        ax.axhline(cmp.baseline, color=GREEN, ls="--", lw=1.2, label=f"baseline {fmt_value(cmp.baseline, unit)}")
+        ax.axhspan(cmp.baseline - cmp.threshold, cmp.baseline + cmp.threshold, color=GREEN, alpha=0.08,
+                   label="within threshold")
+    cur = next(((i, v) for i, v, r in points if r.meta.run_id == record.meta.run_id), None)
+    if cur is not None:
+        verdict = cmp.verdict if cmp is not None else "new"
+        color = {"regressed": RED, "improved": GREEN}.get(verdict, BLUE)
+        ax.plot([cur[0]], [cur[1]], marker="o", ms=12, mfc="none", mec=color, mew=2.2, ls="none",
+                label=f"this run ({verdict if verdict != 'new' else 'baseline established' if comparison and comparison.first_run else 'new'})")
+        ax.annotate(fmt_value(cur[1], unit), cur, textcoords="offset points", xytext=(0, 12), ha="center", fontsize=9,
+                    color=color)
+    ticks = sorted({i for i, _, _ in points} | set(failed))
+    ax.set_xticks(ticks, [all_runs[i].meta.started_at.strftime("%m-%d\n%H:%M") for i in ticks], fontsize=8)
+    if len(ticks) > 12:
+        for lbl in ax.get_xticklabels()[::2]:
+            lbl.set_visible(False)
+    values = [v for _, v, _ in points]
+    top = max(values + ([cmp.baseline + cmp.threshold] if cmp and cmp.baseline is not None and cmp.threshold else []))
+    ax.set_ylim(0, top * 1.25 if top > 0 else 1)
+    ax.set_xlim(min(ticks) - 0.6, max(ticks) + 0.6)
+    ax.set_ylabel(unit)
+    ax.set_title(f"{title} across runs — {record.meta.profile} on {record.meta.host}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    return _save(fig, path)

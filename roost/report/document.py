@@ -1,0 +1,476 @@
+# ruff: noqa: RUF001  (typographic characters in user-facing text are deliberate)
+"""The report's content as a small document tree, rendered to Markdown and to HTML from one source.
+
+Text uses a tiny inline syntax both renderers understand: ``**bold**`` and ```code```.
+Every section copes with missing data: a failed run with no points still gets a report that says
+which stage failed and why, and each empty section says what it would have shown.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from roost.headline import (
+    KNEE_FRACTION,
+    REFERENCE_PROMPT_TOKENS,
+    concurrency_points,
+    fmt_change,
+    fmt_value,
+    headline,
+    knee_point,
+    pct_of_ceiling,
+    peak_point,
+    prompt_points,
+)
+from roost.records import BenchPoint, RunRecord
+from roost.regress import RegressionReport, key_of
+
+
+class Para(BaseModel):
+    kind: Literal["para"] = "para"
+    text: str
+
+
+class Bullets(BaseModel):
+    kind: Literal["bullets"] = "bullets"
+    items: list[str]
+
+
+class Table(BaseModel):
+    kind: Literal["table"] = "table"
+    headers: list[str]
+    rows: list[list[str]]
+    align_right: list[int] = Field(default_factory=list, description="Column indexes holding numbers.")
+
+
+class Image(BaseModel):
+    kind: Literal["image"] = "image"
+    alt: str
+    path: Path
+
+
+Block = Para | Bullets | Table | Image
+
+
+class Section(BaseModel):
+    title: str
+    blocks: list[Block] = Field(default_factory=list)
+
+
+class Document(BaseModel):
+    title: str
+    facts: list[tuple[str, str]]
+    sections: list[Section]
+
+
+def code(text: object) -> str:
+    """Inline code, safe for the tiny syntax (backticks inside are replaced)."""
+    return "`" + str(text).replace("`", "'") + "`"
+
+
+def _f(value: float | None, unit: str = "") -> str:
+    return fmt_value(value, unit)
+
+
+def _i(value: int | None) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+# ----------------------------------------------------------------------------------------- sections
+
+
+def _summary(record: RunRecord, comparison: RegressionReport | None) -> Section:
+    h = headline(record)
+    blocks: list[Block] = []
+    if record.status != "completed":
+        text = f"**The run failed at stage {code(record.failed_stage or 'unknown')}**"
+        if record.failure_class:
+            text += f" ({code(record.failure_class)})"
+        text += "."
+        if record.failure_message:
+            text += f" {record.failure_message}"
+        blocks.append(Para(text=text))
+        if record.remediation:
+            blocks.append(Para(text=f"**Remediation:** {record.remediation}"))
+    if comparison is not None:
+        blocks.append(Para(text=f"**Baseline:** {comparison.message}."))
+    ref = f" @ {h.reference_prompt_tokens:,}-token prompt" if h.reference_prompt_tokens else ""
+    rows = [
+        [f"Decode{ref}", _f(h.decode_tok_s, "tok/s")],
+        [f"TTFT{ref}", _f(h.ttft_s, "s")],
+        ["Roofline decode ceiling", _f(h.decode_ceiling_tok_s, "tok/s")],
+        ["Decode as % of ceiling", _f(h.decode_pct_of_ceiling, "%")],
+        [
+            "Peak aggregate output",
+            _f(h.peak_output_tok_s, "tok/s") + (f" @ {h.peak_concurrency} concurrent" if h.peak_concurrency else ""),
+        ],
+        [
+            f"Knee (≥{KNEE_FRACTION:.0%} of peak)",
+            f"{h.knee_concurrency} concurrent ({_f(h.knee_output_tok_s, 'tok/s')})" if h.knee_concurrency else "—",
+        ],
+        ["KV cache (vLLM log)", _f(h.logged_kv_cache_tokens, "tokens")],
+        ["Max concurrency (vLLM log)", f"{h.logged_max_concurrency:.2f}x" if h.logged_max_concurrency else "—"],
+        ["Cold start to /health", _f(h.start_to_healthy_s, "s")],
+        ["Benchmark points / requests / failed", f"{h.points} / {h.requests:,} / {h.error_requests:,}"],
+    ]
+    blocks.append(Table(headers=["Headline", "Value"], rows=rows, align_right=[1]))
+    return Section(title="Summary", blocks=blocks)
+
+
+def _baseline(comparison: RegressionReport | None) -> Section:
+    sec = Section(title="Baseline comparison")
+    if comparison is None:
+        sec.blocks.append(Para(text="No baseline comparison was made for this run."))
+        return sec
+    cfg = comparison.config
+    same = ", ".join(cfg.key_fields) if cfg.key_fields else "model commit, image digest, vLLM args and host"
+    sec.blocks.append(Para(text=comparison.message[:1].upper() + comparison.message[1:] + "."))
+    sec.blocks.append(
+        Para(
+            text=(
+                f"Baseline: median of the last {cfg.window} comparable runs (same {same}). A metric regresses when it moves the wrong way by more than "
+                f"max({cfg.rel_floor:.0%} of the baseline, {cfg.mad_k:g} × the baseline's median absolute deviation)."
+            )
+        )
+    )
+    if comparison.baseline_run_ids:
+        sec.blocks.append(Para(text="Baseline runs: " + ", ".join(code(r) for r in comparison.baseline_run_ids)))
+    if comparison.comparisons:
+        order = {"regressed": 0, "improved": 1, "unchanged": 2, "new": 3}
+        rows = []
+        for c in sorted(comparison.comparisons, key=lambda c: order[c.verdict]):
+            verdict = {"regressed": "**REGRESSED**", "improved": "improved"}.get(c.verdict, c.verdict)
+            rows.append(
+                [
+                    c.metric.label,
+                    _f(c.baseline, c.metric.unit),
+                    _f(c.current, c.metric.unit),
+                    fmt_change(c.change_pct) if c.baseline is not None else "—",
+                    _f(c.threshold, c.metric.unit),
+                    verdict,
+                ]
+            )
+        sec.blocks.append(
+            Table(
+                headers=["Metric", "Baseline", "This run", "Change", "Threshold", "Verdict"],
+                rows=rows,
+                align_right=[1, 2, 3, 4],
+            )
+        )
+    return sec
+
+
+def _audit(record: RunRecord) -> Section:
+    sec = Section(title="Audit findings")
+    audit = record.audit
+    if not audit:
+        sec.blocks.append(Para(text="The audit did not run (or recorded nothing) for this run."))
+        return sec
+    findings = audit.get("findings")
+    if isinstance(findings, list) and findings:
+        rank = {"error": 0, "warning": 1, "info": 2}
+        items = [f for f in findings if isinstance(f, dict)]
+        items.sort(key=lambda f: rank.get(str(f.get("severity", "")), 3))
+        rows = [[str(f.get("severity", "")), code(f.get("code", "")), str(f.get("message", ""))] for f in items]
+        sec.blocks.append(Table(headers=["Severity", "Code", "Finding"], rows=rows))
+    else:
+        sec.blocks.append(Para(text="The audit raised no findings."))
+    facts = _scalars(audit, skip={"findings"})
+    if facts:
+        sec.blocks.append(Table(headers=["Audit fact", "Value"], rows=facts))
+    return sec
+
+
+def _scalars(data: dict[str, Any], skip: set[str], limit: int = 24) -> list[list[str]]:
+    rows = []
+    for key, value in data.items():
+        if key in skip or isinstance(value, dict | list) or value is None:
+            continue
+        if isinstance(value, float):
+            text = f"{value:,.4g}"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            text = f"{value:,}"
+        else:
+            text = str(value)
+        rows.append([key, text[:200]])
+    return rows[:limit]
+
+
+def _plan(record: RunRecord) -> Section:
+    sec = Section(title="Plan vs what vLLM logged")
+    s = record.serve
+
+    def diff(planned: float | None, logged: float | None) -> str:
+        if planned is None or logged is None or planned == 0:
+            return "—"
+        return fmt_change(100.0 * (logged - planned) / planned)
+
+    rows = [
+        ["KV cache tokens", _i(s.predicted_kv_cache_tokens), _i(s.logged_kv_cache_tokens),
+         diff(s.predicted_kv_cache_tokens, s.logged_kv_cache_tokens)],
+        [
+            "Max concurrency (full-length requests)",
+            f"{s.predicted_max_concurrency:.2f}x" if s.predicted_max_concurrency is not None else "—",
+            f"{s.logged_max_concurrency:.2f}x" if s.logged_max_concurrency is not None else "—",
+            diff(s.predicted_max_concurrency, s.logged_max_concurrency),
+        ],
+        ["Attention block size", "—", _i(s.logged_block_size), "—"],
+    ]
+    if all(r[1] == "—" and r[2] == "—" for r in rows):
+        sec.blocks.append(Para(text="Neither the plan nor vLLM's log gave KV-cache figures for this run."))
+    else:
+        sec.blocks.append(Table(headers=["Quantity", "Plan", "vLLM log", "Log vs plan"], rows=rows, align_right=[1, 2, 3]))
+    facts = _scalars(record.plan, skip=set())
+    if facts:
+        sec.blocks.append(Table(headers=["Plan input / output", "Value"], rows=facts))
+    if record.meta.vllm_args:
+        sec.blocks.append(Para(text="vLLM args: " + code(" ".join(record.meta.vllm_args))))
+    return sec
+
+
+def _point_range(p: BenchPoint) -> str:
+    if p.decode_tok_s_min is None or p.decode_tok_s_max is None:
+        return "—"
+    return f"{fmt_value(p.decode_tok_s_min)}–{fmt_value(p.decode_tok_s_max)}"
+
+
+def _prompt_section(record: RunRecord, charts: dict[str, Path]) -> Section:
+    sec = Section(title="Decode and TTFT vs prompt length")
+    pts = prompt_points(record)
+    if not pts:
+        sec.blocks.append(Para(text="No prompt-length points were measured in this run."))
+    else:
+        rows = []
+        for p in pts:
+            pct = pct_of_ceiling(p.decode_tok_s_median, record.decode_ceiling_tok_s)
+            rows.append(
+                [
+                    f"{p.prompt_tokens:,}",
+                    f"{p.output_tokens:,}",
+                    f"{p.requests - p.errors}/{p.requests}",
+                    _f(p.decode_tok_s_median),
+                    _point_range(p),
+                    _f(pct, "%"),
+                    _f(p.ttft_s_median),
+                    _f(p.ttft_s_p90),
+                    _f(p.itl_s_median * 1000 if p.itl_s_median is not None else None),
+                ]
+            )
+        sec.blocks.append(
+            Table(
+                headers=["Prompt tokens", "Output tokens", "OK/requests", "Decode tok/s (median)", "Decode min–max",
+                         "% of ceiling", "TTFT s (median)", "TTFT s (p90)", "ITL ms (median)"],
+                rows=rows,
+                align_right=list(range(9)),
+            )
+        )
+    for key, alt in (("decode_vs_prompt", "Decode tok/s vs prompt length, with the roofline ceiling"),
+                     ("ttft_vs_prompt", "TTFT vs prompt length (log axis)")):
+        if key in charts:
+            sec.blocks.append(Image(alt=alt, path=charts[key]))
+    return sec
+
+
+def _concurrency_section(record: RunRecord, charts: dict[str, Path]) -> Section:
+    sec = Section(title="Throughput vs concurrency")
+    pts = concurrency_points(record)
+    if not pts:
+        sec.blocks.append(Para(text="No concurrency points were measured in this run."))
+        return sec
+    rows = [
+        [
+            str(p.concurrency),
+            f"{p.prompt_tokens:,}",
+            f"{p.requests - p.errors}/{p.requests}",
+            _f(p.output_tok_s),
+            _f(p.decode_tok_s_median),
+            _f(p.ttft_s_median),
+            _f(p.ttft_s_p99),
+            _f(p.request_rate),
+        ]
+        for p in pts
+    ]
+    sec.blocks.append(
+        Table(
+            headers=["Concurrency", "Prompt tokens", "OK/requests", "Aggregate output tok/s",
+                     "Per-request decode tok/s", "TTFT s (median)", "TTFT s (p99)", "Requests/s"],
+            rows=rows,
+            align_right=list(range(8)),
+        )
+    )
+    peak = peak_point(pts)
+    knee = knee_point(pts)
+    if peak is not None and knee is not None:
+        sec.blocks.append(
+            Para(
+                text=(
+                    f"Peak {_f(peak.output_tok_s, 'tok/s')} at {peak.concurrency} concurrent; the knee (lowest "
+                    f"concurrency reaching {KNEE_FRACTION:.0%} of the peak) is {knee.concurrency} concurrent "
+                    f"({_f(knee.output_tok_s, 'tok/s')})."
+                )
+            )
+        )
+    if "throughput_vs_concurrency" in charts:
+        sec.blocks.append(Image(alt="Aggregate output tok/s vs concurrency, knee marked",
+                                path=charts["throughput_vs_concurrency"]))
+    return sec
+
+
+def _ceiling_section(record: RunRecord) -> Section:
+    sec = Section(title="Decode vs the roofline ceiling")
+    ceiling = record.decode_ceiling_tok_s
+    if ceiling is None:
+        sec.blocks.append(Para(text="No roofline ceiling was computed for this run (the audit did not give one)."))
+        return sec
+    sec.blocks.append(
+        Para(
+            text=(
+                f"Ceiling: {_f(ceiling, 'tok/s')} — host memory bandwidth divided by the bytes one decode step "
+                "reads. Decode is bandwidth-bound, so a healthy single-stream rate is a large fraction of it."
+            )
+        )
+    )
+    items = []
+    for p in prompt_points(record):
+        pct = pct_of_ceiling(p.decode_tok_s_median, ceiling)
+        if pct is not None:
+            items.append(f"{p.prompt_tokens:,}-token prompt: {_f(p.decode_tok_s_median, 'tok/s')} = **{pct:.0f}%** of the ceiling")
+    if items:
+        sec.blocks.append(Bullets(items=items))
+    else:
+        sec.blocks.append(Para(text="No decode rate was measured to compare with it."))
+    return sec
+
+
+def _timeline(record: RunRecord, charts: dict[str, Path]) -> Section:
+    sec = Section(title="Cold-load timeline")
+    if record.stages:
+        rows = []
+        t = 0.0
+        for st in record.stages:
+            rows.append([st.stage, st.status + (" (cached)" if st.cached else ""), f"{t:,.1f}", f"{st.seconds:,.1f}", st.note])
+            t += st.seconds
+        rows.append(["**total**", "", "", f"{t:,.1f}", ""])
+        sec.blocks.append(Table(headers=["Stage", "Status", "Starts at s", "Seconds", "Note"], rows=rows, align_right=[2, 3]))
+    else:
+        sec.blocks.append(Para(text="No stage timings were recorded."))
+    s = record.serve
+    serve_rows = [
+        [label, _f(v, "s")]
+        for label, v in (
+            ("Start → weights loaded", s.load_s),
+            ("Weights loaded → engine ready (profile, compile, warm-up)", s.compile_s),
+            ("Engine ready → /health 200 seen", s.ready_s),
+            ("/health first 200 → noticed (poll delay)", s.health_detect_delay_s),
+            ("Start → healthy (total)", s.start_to_healthy_s),
+        )
+        if v is not None
+    ]
+    if serve_rows:
+        sec.blocks.append(Table(headers=["vLLM server start", "Seconds"], rows=serve_rows, align_right=[1]))
+    if len(s.attempts) > 1:
+        sec.blocks.append(Para(text=f"The server needed {len(s.attempts)} start attempts."))
+    if "timeline" in charts:
+        sec.blocks.append(Image(alt="Cold-load timeline", path=charts["timeline"]))
+    return sec
+
+
+def _skipped(record: RunRecord) -> Section | None:
+    skipped = [p for p in record.points if p.skipped or (p.requests and p.errors >= p.requests)]
+    if not skipped:
+        return None
+    items = []
+    for p in skipped:
+        where = f"{p.kind} point: {p.prompt_tokens:,}-token prompt × {p.concurrency} concurrent"
+        why = p.skip_reason or f"all {p.requests} requests failed"
+        items.append(f"{where} — {why}")
+    return Section(title="Points not measured", blocks=[Bullets(items=items)])
+
+
+def _history(
+    record: RunRecord, history: list[RunRecord], comparison: RegressionReport | None, charts: dict[str, Path]
+) -> Section:
+    sec = Section(title="History")
+    runs = [r for r in history if r.meta.run_id != record.meta.run_id] + [record]
+    runs.sort(key=lambda r: r.meta.started_at)
+    cfg = comparison.config if comparison is not None else None
+    key = key_of(record.meta, cfg)
+    rows = []
+    for r in runs[-15:]:
+        h = headline(r)
+        rows.append(
+            [
+                code(r.meta.run_id) + (" (this run)" if r.meta.run_id == record.meta.run_id else ""),
+                r.meta.started_at.strftime("%Y-%m-%d %H:%M"),
+                r.status + ("" if r.status == "completed" else f" at {r.failed_stage}"),
+                "yes" if key_of(r.meta, cfg) == key else "no",
+                _f(h.decode_tok_s),
+                _f(h.ttft_s),
+                _f(h.peak_output_tok_s),
+                _f(h.start_to_healthy_s),
+            ]
+        )
+    sec.blocks.append(
+        Table(
+            headers=["Run", "Started (UTC)", "Status", "Comparable", "Decode tok/s", "TTFT s", "Peak tok/s",
+                     "Cold start s"],
+            rows=rows,
+            align_right=[4, 5, 6, 7],
+        )
+    )
+    titles = {
+        "history_decode_tok_s": "Decode tok/s at the reference prompt across runs",
+        "history_ttft_s": "TTFT at the reference prompt across runs",
+        "history_peak_output_tok_s": "Peak aggregate output tok/s across runs",
+        "history_start_to_healthy_s": "Cold start to /health across runs",
+    }
+    for name, path in charts.items():
+        if name.startswith("history_"):
+            sec.blocks.append(Image(alt=titles.get(name, name), path=path))
+    return sec
+
+
+def build_document(
+    record: RunRecord,
+    history: list[RunRecord],
+    comparison: RegressionReport | None,
+    charts: dict[str, Path],
+) -> Document:
+    """The whole report for one run."""
+    m = record.meta
+    facts = [
+        ("Status", record.status + (f" (failed at {record.failed_stage})" if record.status != "completed" else "")),
+        ("Model", f"{code(m.repo_id)} @ {code(m.commit[:12] or m.revision)} (revision {code(m.revision)})"),
+        ("Served as", code(m.served_model_name)),
+        ("Host", f"{code(m.host)}, {m.backend} backend"),
+        ("Run", f"{code(m.run_id)}, started {m.started_at.strftime('%Y-%m-%d %H:%M:%S %Z')}"),
+    ]
+    if m.image or m.image_digest:
+        facts.append(("Image", f"{code(m.image)} {code(m.image_digest[:19]) if m.image_digest else ''}".strip()))
+    if m.vllm_version:
+        facts.append(("vLLM", code(m.vllm_version)))
+    if m.prefect_flow_run_id:
+        facts.append(("Prefect flow run", code(m.prefect_flow_run_id)))
+    facts.append(("roost", code(m.roost_version)))
+    sections = [
+        _summary(record, comparison),
+        _baseline(comparison),
+        _audit(record),
+        _plan(record),
+        _prompt_section(record, charts),
+        _concurrency_section(record, charts),
+        _ceiling_section(record),
+        _timeline(record, charts),
+    ]
+    skipped = _skipped(record)
+    if skipped is not None:
+        sections.append(skipped)
+    sections.append(_history(record, history, comparison, charts))
+    title = f"roost report: {m.profile} on {m.host}"
+    return Document(title=title, facts=facts, sections=sections)
+
+
+__all__ = ["REFERENCE_PROMPT_TOKENS", "Block", "Bullets", "Document", "Image", "Para", "Section", "Table", "build_document"]

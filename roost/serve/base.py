@@ -1,0 +1,35 @@
+"""What every serving backend takes and gives back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+
+class ServeSpec(BaseModel):
+    """How to start one vLLM server. Backend-independent; the backend decides how to run it."""
+
+    model_dir: Path = Field(description="Local checkpoint directory (mounted read-only in a container).")
+    served_model_name: str
+    host: str = Field(default="127.0.0.1", description="Address the API listens on / is published to.")
+    port: int = 8000
+    vllm_args: list[str] = Field(default_factory=list, description="Extra vLLM CLI args from the plan and overrides.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment; never put secrets here.")
+    log_path: Path | None = None
+
+
+class ServerHandle(Protocol):
+    """A started vLLM server. ``stop()`` is idempotent and always safe to call."""
+
+    base_url: str
+    served_model_name: str
+
+    def is_running(self) -> bool: ...
+
+    def exit_code(self) -> int | None: ...
+
+    def logs(self) -> str: ...
+
+    def stop(self) -> None: ...

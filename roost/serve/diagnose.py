@@ -1,0 +1,294 @@
+"""Classify a failed vLLM start from its exit status and log (pure).
+
+Every class has a stable lower-case name, whether a retry can succeed, one sentence of remediation
+and the log line that decided it. The patterns match vLLM 0.32's own text (GPU and CPU builds) and
+the wording the seeds quote from older releases:
+
+kv_pool_too_small
+    ``To serve at least one request with the model's max seq len (262144), (5.12 GiB KV cache is
+    needed, which is larger than the available KV cache memory (4.0 GiB).`` (0.32 prints the stray
+    "(" before the size; the seeds' older text has none) and ``No available memory for the cache
+    blocks``.
+visual_uninitialized
+    ``Following weights were not initialized from checkpoint: {'visual.blocks.0...', ...}``: a
+    language-only checkpoint of a vision-language architecture served without --language-model-only.
+language_model_only_with_tower
+    ``There is no module or parameter named 'visual' in Qwen3_5ForConditionalGeneration``: the flag
+    was passed for a checkpoint that ships its vision tower.
+mtp_weights_missing
+    the same "not initialized" error for the MTP drafter's weights (names with ``mtp``, ``fc``,
+    ``pre_fc_norm``, ``enorm``/``hnorm``/``eh_proj``, or raised after ``Loading drafter model``).
+out_of_memory
+    CUDA / CPU allocator out-of-memory, vLLM's "Available memory on node ... is less than", or the
+    container killed with 137 and OOMKilled set.
+port_in_use
+    ``[Errno 98] Address already in use`` (vLLM) or Docker's ``port is already allocated`` /
+    ``bind: address already in use`` when publishing the port.
+health_timeout
+    the server was still starting (no failure line) when the health wait gave up.
+unknown
+    the start failed (non-zero exit, traceback, "Engine core initialization failed") for another reason.
+
+``diagnose`` returns None when neither the exit status nor the log shows a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+FailureClass = Literal[
+    "kv_pool_too_small",
+    "visual_uninitialized",
+    "language_model_only_with_tower",
+    "mtp_weights_missing",
+    "out_of_memory",
+    "port_in_use",
+    "health_timeout",
+    "unknown",
+]
+
+GiB = 1024**3
+
+# Whether a second attempt, unchanged, can succeed: only for conditions outside the checkpoint and
+# the arguments (memory held by a previous server, a port still being released, a slow cold load).
+RETRYABLE: dict[str, bool] = {
+    "kv_pool_too_small": False,
+    "visual_uninitialized": False,
+    "language_model_only_with_tower": False,
+    "mtp_weights_missing": False,
+    "out_of_memory": True,
+    "port_in_use": True,
+    "health_timeout": True,
+    "unknown": False,
+}
+
+
+class Diagnosis(BaseModel):
+    """Why a vLLM start failed, and what to do about it."""
+
+    failure_class: FailureClass
+    retryable: bool
+    remediation: str = Field(description="One sentence: what to change.")
+    evidence: str = Field(description="The log line (or exit status) that decided the class.")
+    exit_code: int | None = None
+    needed_kv_gib: float | None = Field(default=None, description="kv_pool_too_small: GiB vLLM says one request needs.")
+    available_kv_gib: float | None = Field(default=None, description="kv_pool_too_small: GiB the pool had.")
+    max_model_len: int | None = None
+    estimated_max_model_len: int | None = Field(
+        default=None, description="kv_pool_too_small: the window vLLM says the pool would hold."
+    )
+    suggested_kv_cache_bytes: int | None = Field(
+        default=None,
+        description="kv_pool_too_small: --kv-cache-memory-bytes that fits one max-length request (whole GiB, at least 1).",
+    )
+
+
+_KV_NEEDED = re.compile(
+    r"To serve at least one request with the model's max seq len \((?P<len>\d+)\),\s*\(?\s*"
+    r"(?P<need>[\d.]+|\d+\.x+)\s*GiB KV cache is needed, which is larger than the available KV cache memory"
+    r"(?:\s*\((?P<avail>[\d.]+)\s*GiB\))?"
+)
+_KV_EST = re.compile(r"[^\n]*?the estimated maximum model length is (\d+)")
+_KV_NONE = re.compile(r"No available memory for the cache blocks")
+_NOT_INIT = re.compile(r"(?:Following weights were not initialized from checkpoint|uninitialized)[^\n]*")
+_NO_VISUAL = re.compile(r"There is no module or parameter named '?(?:[\w.]*\.)?visual\b[^\n]*")
+_DRAFTER = re.compile(r"Loading drafter model")
+_MTP_NAME = re.compile(r"['\"](?:[\w.]*\.)?(?:mtp\.?[\w.]*|(?:model\.)?(?:fc|pre_fc_norm[\w]*|enorm|hnorm|eh_proj)\.[\w.]*)['\"]")
+_OOM = re.compile(
+    r"(?:CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|OutOfMemoryError: CUDA|"
+    r"DefaultCPUAllocator: can't allocate memory|"
+    r"Available memory on node \d+ \([^)]*\)[^\n]*is less than|"
+    r"CUDA error: out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED)"
+)
+_PORT = re.compile(
+    r"(?:\[Errno 98\] Address already in use|Address already in use|address already in use|port is already allocated)"
+)
+_FAILED = re.compile(
+    r"(?:Traceback \(most recent call last\)|Engine core initialization failed|EngineCore failed to start|"
+    r"^\S*Error: |\bERROR\b[^\n]*(?:Error|failed|exception))",
+    re.MULTILINE,
+)
+
+
+def _line_of(text: str, start: int) -> str:
+    """The whole log line containing offset ``start``, stripped and capped at 500 characters."""
+    begin = text.rfind("\n", 0, start) + 1
+    end = text.find("\n", start)
+    line = text[begin : end if end != -1 else len(text)].strip()
+    return line if len(line) <= 500 else line[:497] + "..."
+
+
+def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    m = None
+    for m in pattern.finditer(text):  # noqa: B007 - the last occurrence wins (a retried engine logs again)
+        pass
+    return m
+
+
+def _make(cls: FailureClass, remediation: str, evidence: str, exit_code: int | None, **extra: object) -> Diagnosis:
+    return Diagnosis(
+        failure_class=cls,
+        retryable=RETRYABLE[cls],
+        remediation=remediation,
+        evidence=evidence,
+        exit_code=exit_code,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _kv(text: str, exit_code: int | None) -> Diagnosis | None:
+    m = _last(_KV_NEEDED, text)
+    if m is not None:
+        need_s = m.group("need")
+        need = None if "x" in need_s else float(need_s)
+        avail = float(m.group("avail")) if m.group("avail") else None
+        max_len = int(m.group("len"))
+        # vLLM rounds to 2 decimals: the true need is below need + 0.005 GiB; never suggest < 1 GiB.
+        suggested = max(1, math.ceil(need + 0.005)) * GiB if need is not None else None
+        est = _KV_EST.match(text, m.end())
+        if suggested is not None:
+            remediation = (
+                f"Raise --kv-cache-memory-bytes to at least {suggested} ({suggested // GiB} GiB): one "
+                f"{max_len}-token request needs {need} GiB of KV cache; lower --max-model-len only if memory is truly scarce."
+            )
+        else:
+            remediation = (
+                f"Raise --kv-cache-memory-bytes until one {max_len}-token request fits; lower --max-model-len "
+                "only if memory is truly scarce."
+            )
+        return _make(
+            "kv_pool_too_small",
+            remediation,
+            _line_of(text, m.start()),
+            exit_code,
+            needed_kv_gib=need,
+            available_kv_gib=avail,
+            max_model_len=max_len,
+            suggested_kv_cache_bytes=suggested,
+            estimated_max_model_len=int(est.group(1)) if est else None,
+        )
+    m = _last(_KV_NONE, text)
+    if m is not None:
+        return _make(
+            "kv_pool_too_small",
+            "Give the KV cache a pool: set --kv-cache-memory-bytes (or raise --gpu-memory-utilization / VLLM_CPU_KVCACHE_SPACE).",
+            _line_of(text, m.start()),
+            exit_code,
+        )
+    return None
+
+
+def _weights(text: str, exit_code: int | None) -> Diagnosis | None:
+    m = _last(_NO_VISUAL, text)
+    if m is not None:
+        return _make(
+            "language_model_only_with_tower",
+            "This checkpoint ships its vision tower (visual.* weights in its index): drop --language-model-only.",
+            _line_of(text, m.start()),
+            exit_code,
+        )
+    m = _last(_NOT_INIT, text)
+    if m is None:
+        return None
+    line = _line_of(text, m.start())
+    if "visual." in line:
+        return _make(
+            "visual_uninitialized",
+            "The checkpoint has no visual.* weights (a language-only release of a vision-language architecture): "
+            "serve it with --language-model-only.",
+            line,
+            exit_code,
+        )
+    if _MTP_NAME.search(line) or _DRAFTER.search(text[: m.start()]):
+        return _make(
+            "mtp_weights_missing",
+            "The checkpoint's weight index holds no MTP (mtp.*) tensors: remove the MTP speculative config "
+            "(--speculative-config method mtp).",
+            line,
+            exit_code,
+        )
+    return None
+
+
+def diagnose(
+    log: str,
+    exit_code: int | None = None,
+    *,
+    oom_killed: bool = False,
+    timed_out: bool = False,
+) -> Diagnosis | None:
+    """Classify a failed start. ``exit_code`` is the server's (None while it still runs),
+    ``oom_killed`` Docker's State.OOMKilled, ``timed_out`` whether the health wait gave up.
+
+    Log evidence wins over the exit status; None when nothing shows a failure.
+    """
+    checks: list[Callable[[str, int | None], Diagnosis | None]] = [_kv, _weights]
+    for check in checks:
+        found = check(log, exit_code)
+        if found is not None:
+            return found
+    m = _last(_OOM, log)
+    if m is not None:
+        return _make(
+            "out_of_memory",
+            "Free memory before starting (a previous server may still hold it) or shrink the KV pool / --max-model-len.",
+            _line_of(log, m.start()),
+            exit_code,
+        )
+    if oom_killed:
+        return _make(
+            "out_of_memory",
+            "The container was OOM-killed: free host memory or lower the KV pool, --max-model-len or --max-num-seqs.",
+            f"container exited with status {exit_code} and OOMKilled=true",
+            exit_code,
+        )
+    m = _last(_PORT, log)
+    if m is not None:
+        return _make(
+            "port_in_use",
+            "The port is taken: stop what listens there (a previous server may still be exiting) or choose another port.",
+            _line_of(log, m.start()),
+            exit_code,
+        )
+    if timed_out and (exit_code is None or exit_code == 0) and not _FAILED.search(log):
+        return _make(
+            "health_timeout",
+            "The server was still loading when the health wait gave up: raise the host profile's health timeout "
+            "(a cold load of a large checkpoint takes minutes).",
+            _last_nonempty_line(log) or "health wait timed out with no failure in the log",
+            exit_code,
+        )
+    failed = _last(_FAILED, log)
+    if failed is not None or (exit_code not in (None, 0)) or timed_out:
+        evidence = _best_error_line(log) or (
+            f"exited with status {exit_code}" if exit_code is not None else "health wait timed out"
+        )
+        return _make(
+            "unknown",
+            "Read the log's first error line above the traceback; roost does not recognise this failure.",
+            evidence,
+            exit_code,
+        )
+    return None
+
+
+def _last_nonempty_line(text: str) -> str:
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()[:500]
+    return ""
+
+
+_ERROR_LINE = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception)\b:[^\n]*|^[^\n]*\bERROR\b[^\n]*", re.MULTILINE)
+
+
+def _best_error_line(text: str) -> str:
+    """The last ``SomethingError: ...`` line, else the last ERROR line."""
+    exc = [m for m in _ERROR_LINE.finditer(text) if not m.group(0).startswith(("ERROR", " "))]
+    m = exc[-1] if exc else _last(_ERROR_LINE, text)
+    return _line_of(text, m.start()) if m is not None else ""

@@ -1,0 +1,28 @@
+"""Where roost keeps things on disk. Every location can be moved with one environment variable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def roost_home() -> Path:
+    """State that outlives a run: the vLLM venv, generated demo models, the local Hub mirror, downloads.
+
+    ``ROOST_HOME`` (default ``~/.cache/roost``).
+    """
+    return Path(os.environ.get("ROOST_HOME", Path.home() / ".cache" / "roost")).expanduser()
+
+
+def results_dir() -> Path:
+    """The append-only results store and the reports: ``ROOST_RESULTS_DIR`` (default ``./results``)."""
+    return Path(os.environ.get("ROOST_RESULTS_DIR", "results")).expanduser().resolve()
+
+
+def vllm_python() -> Path:
+    """The Python interpreter of the venv that runs vLLM for the ``process`` backend.
+
+    ``ROOST_VLLM_PYTHON`` (default ``$ROOST_HOME/vllm-venv/bin/python``); ``scripts/bootstrap`` creates it.
+    """
+    env = os.environ.get("ROOST_VLLM_PYTHON")
+    return Path(env) if env else roost_home() / "vllm-venv" / "bin" / "python"

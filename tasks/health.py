@@ -1,0 +1,29 @@
+"""Health-wait stage: poll the starting server until ready, with a Prefect progress artifact."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.logging import get_run_logger
+from pydantic import SecretStr
+
+from roost.serve.base import ServerHandle
+from roost.serve.health import HealthResult, wait_until_ready
+
+
+@task(name="health-wait", cache_policy=NO_CACHE, persist_result=False)
+def health_wait_task(server: ServerHandle, api_key: SecretStr, timeout_s: float) -> HealthResult:
+    logger = get_run_logger()
+    artifact_id = create_progress_artifact(progress=0.0, description=f"cold load of {server.served_model_name}")
+
+    def on_progress(milestone: str, fraction: float) -> None:
+        logger.info("cold load: %s (%.0f%%)", milestone, 100 * fraction)
+        update_progress_artifact(artifact_id=artifact_id, progress=100 * fraction,
+                                 description=f"cold load of {server.served_model_name}: {milestone}")
+
+    result = wait_until_ready(server, api_key=api_key.get_secret_value() or None, timeout_s=timeout_s,
+                              on_progress=on_progress)
+    logger.info("server ready: /health after %.1f s, /v1/models after %.1f s, first completion after %.1f s",
+                result.health_ok_s, result.models_ok_s, result.completion_ok_s)
+    return result

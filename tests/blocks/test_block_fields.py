@@ -1,0 +1,55 @@
+"""The blocks carry exactly the fields of the profiles they store, and round-trip them unchanged."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import BaseModel
+
+from blocks.hosts import SparkHost, builtin_host_documents
+from blocks.profiles import ModelProfileBlock, builtin_profile_documents, profile_document_name
+from roost.hosts import HOSTS, HostProfile
+from roost.profiles import PROFILES, ModelProfile
+
+PREFECT_NAME = re.compile(r"^[a-z0-9-]+$")  # what Prefect accepts as a block document name
+
+
+@pytest.mark.parametrize(("block", "model"), [(SparkHost, HostProfile), (ModelProfileBlock, ModelProfile)])
+def test_same_fields_types_and_defaults(block: type[BaseModel], model: type[BaseModel]) -> None:
+    bf, mf = block.model_fields, model.model_fields
+    assert set(bf) == set(mf)
+    for name in mf:
+        assert bf[name].annotation == mf[name].annotation, name
+        assert bf[name].is_required() == mf[name].is_required(), name
+        if not mf[name].is_required():
+            assert bf[name].get_default(call_default_factory=True) == mf[name].get_default(call_default_factory=True), name
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+def test_host_round_trip(host: str) -> None:
+    assert SparkHost.from_profile(HOSTS[host]).to_profile() == HOSTS[host]
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_profile_round_trip(profile: str) -> None:
+    assert ModelProfileBlock.from_profile(PROFILES[profile]).to_profile() == PROFILES[profile]
+
+
+def test_builtin_documents() -> None:
+    hosts, profiles = builtin_host_documents(), builtin_profile_documents()
+    assert sorted(hosts) == ["cpu", "spark"]
+    assert sorted(profiles) == ["local", "ornith-1-5-35b-a3b-nvfp4", "ornith-35b", "ornith-9b"]
+    assert all(PREFECT_NAME.match(n) for n in [*hosts, *profiles])
+    assert profiles["ornith-1-5-35b-a3b-nvfp4"].name == "ornith-1.5-35b-a3b-nvfp4"  # the profile keeps its name
+
+
+@pytest.mark.parametrize(("name", "doc"), [("ornith-1.5-35b-a3b-nvfp4", "ornith-1-5-35b-a3b-nvfp4"),
+                                           ("My_Model 2", "my-model-2"), ("a..b", "a-b"), ("local", "local")])
+def test_profile_document_name(name: str, doc: str) -> None:
+    assert profile_document_name(name) == doc
+
+
+def test_block_type_slugs() -> None:
+    assert SparkHost.get_block_type_slug() == "spark-host"
+    assert ModelProfileBlock.get_block_type_slug() == "model-profile"

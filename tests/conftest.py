@@ -1,0 +1,121 @@
+"""Session-wide test setup: an isolated ROOST_HOME / results dir / PREFECT_HOME, and shared real
+services (a Prefect server, a tiny model, a vLLM CPU server) started once and stopped at the end.
+
+The vLLM venv is the real one (``scripts/bootstrap`` makes it); nothing here is a mock.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="roost-tests-"))
+# Before anything imports prefect or roost.settings: keep tests away from the user's state.
+os.environ.setdefault("ROOST_VLLM_PYTHON", str(Path.home() / ".cache" / "roost" / "vllm-venv" / "bin" / "python"))
+os.environ["ROOST_HOME"] = str(_SESSION_DIR / "roost-home")
+os.environ["ROOST_RESULTS_DIR"] = str(_SESSION_DIR / "results")
+os.environ["PREFECT_HOME"] = str(_SESSION_DIR / "prefect-home")
+os.environ.pop("PREFECT_API_URL", None)
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.pop("VLLM_API_KEY", None)
+os.environ.pop("HF_TOKEN", None)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def session_dir() -> Path:
+    return _SESSION_DIR
+
+
+@pytest.fixture(scope="session")
+def prefect_api(session_dir: Path) -> Iterator[str]:
+    """A real ``prefect server start`` on loopback (SQLite in the session dir); sets PREFECT_API_URL."""
+    import httpx
+
+    from roost.net import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    log = (session_dir / "prefect-server.log").open("wb")
+    env = dict(os.environ, PREFECT_SERVER_API_HOST="127.0.0.1", PREFECT_SERVER_API_PORT=str(port),
+               PREFECT_UI_ENABLED="false")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
+                             "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"prefect server exited: see {session_dir / 'prefect-server.log'}")
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        raise RuntimeError("prefect server did not become healthy in 120 s")
+    os.environ["PREFECT_API_URL"] = url
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        yield url
+        _flush_prefect_logs()
+    os.environ.pop("PREFECT_API_URL", None)
+    os.killpg(proc.pid, 15)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+
+
+def _flush_prefect_logs() -> None:
+    """Send the log lines Prefect still buffers before the server they go to is stopped."""
+    try:
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler.flush()
+    except Exception:  # noqa: BLE001 - best effort at teardown
+        pass
+
+
+@pytest.fixture(scope="session")
+def tiny_model(session_dir: Path) -> Path:
+    """The demo checkpoint (tiny random-weight Qwen3), generated once per session."""
+    from roost.demo.model import generate_tiny_model
+
+    return generate_tiny_model(session_dir / "tiny-model", seed=0)
+
+
+class VllmServerInfo:
+    def __init__(self, base_url: str, model: str, api_key: str, log_path: Path) -> None:
+        self.base_url, self.model, self.api_key, self.log_path = base_url, model, api_key, log_path
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]:
+    """A real vLLM CPU server for the tiny model, with an API key; shared by the whole session."""
+    from roost.net import free_port
+    from roost.serve.base import ServeSpec
+    from roost.serve.health import wait_until_ready
+    from roost.serve.process import start_process_server
+
+    key = "test-key-" + os.urandom(6).hex()
+    spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(),
+                     vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048"],
+                     log_path=session_dir / "vllm-session.log")
+    server = start_process_server(spec, api_key=key, host_name="test-session")
+    try:
+        wait_until_ready(server, api_key=key, timeout_s=600)
+        yield VllmServerInfo(server.base_url, "tiny", key, spec.log_path)  # type: ignore[arg-type]
+    finally:
+        server.stop()

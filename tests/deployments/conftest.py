@@ -1,0 +1,157 @@
+"""Real Prefect workers for the deployment tests, and ``roost setup`` applied once per session.
+
+Workers are ``prefect worker start`` subprocesses (their own session, so a test can kill one with
+everything it started, as when a Spark dies); they inherit this process's environment, so
+PREFECT_API_URL, ROOST_HOME and ROOST_RESULTS_DIR point at the session's server and directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+POOL = "roost-spark"
+HOSTS = "spark,cpu"
+ZOMBIE_AFTER_S = 60  # heartbeats every 30 s: two missed ones mark a run crashed
+HOLD_ENTRYPOINT = "tests/deployments/hold_flow.py:hold_host"
+
+
+@dataclass
+class Worker:
+    """A running ``prefect worker start`` subprocess."""
+
+    name: str
+    queue: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    spare_pgids: set[int] = field(default_factory=set)
+
+    def descendants(self) -> list[int]:
+        import psutil
+
+        try:
+            return [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> None:
+        """SIGTERM the worker's process group, SIGKILL after 30 s."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+    def kill_hard(self, spare_pgids: set[int]) -> list[int]:
+        """SIGKILL the worker and every process it started, except those in ``spare_pgids`` (vLLM's own
+        session survives a dead worker, which is what a crashed run leaves behind). Returns the pids killed."""
+        victims = [self.proc.pid, *self.descendants()]
+        killed = []
+        for pid in victims:
+            try:
+                if os.getpgid(pid) in spare_pgids:
+                    continue
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                continue
+        self.proc.wait(timeout=10)
+        return killed
+
+
+def worker_online(name: str, timeout_s: float = 120) -> None:
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with get_client(sync_client=True) as client:
+            if any(w.name == name and w.status == "ONLINE" for w in client.read_workers_for_work_pool(POOL)):
+                return
+        time.sleep(1)
+    raise AssertionError(f"worker {name} did not come online in {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def start_worker(prefect_api: str, session_dir: Path) -> Iterator[Callable[[str, str], Worker]]:
+    """Start workers on demand (``start_worker(queue, name)``); all are stopped at the end."""
+    started: list[Worker] = []
+
+    def start(queue: str, name: str) -> Worker:
+        log = session_dir / f"worker-{name}.log"
+        env = dict(os.environ, PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="5",
+                   PREFECT_WORKER_HEARTBEAT_SECONDS="5")
+        proc = subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--work-queue", queue, "--name", name,
+             "--type", "process"],
+            stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+        w = Worker(name=name, queue=queue, proc=proc, log=log)
+        started.append(w)
+        worker_online(name)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def run_setup(*args: str) -> dict[str, Any]:
+    """``roost setup --json`` through the real CLI; the parsed report."""
+    out = subprocess.run([str(BIN / "roost"), "setup", "--pool", POOL, "--hosts", HOSTS,
+                          "--zombie-after", str(ZOMBIE_AFTER_S), "--json", *args],
+                         capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report: dict[str, Any] = json.loads(out.stdout)
+    return report
+
+
+@pytest.fixture(scope="session")
+def roost_setup(prefect_api: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``roost setup`` run twice against the session's server (the reports of both runs)."""
+    return run_setup(), run_setup()
+
+
+@pytest.fixture(scope="session")
+def hold_deployments(roost_setup: Any) -> list[str]:
+    """``roost-test-hold/<host>`` for spark and cpu, on the hosts' queues like ``land``."""
+    from blocks.resolve import all_profiles, load_host
+    from deployments.deploy import apply_deployment, build_deployment
+
+    names = []
+    for host in ("spark", "cpu"):
+        dep = build_deployment("roost-test-hold", load_host(host), pool=POOL, profiles=all_profiles(),
+                               source=REPO, entrypoint=HOLD_ENTRYPOINT)
+        apply_deployment(dep)
+        names.append(dep.full_name)
+    return names
+
+
+def wait_final(flow_run_id: Any, timeout_s: float) -> Any:
+    """Poll the API until the flow run is in a final state; the flow run."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            fr = client.read_flow_run(flow_run_id)
+            if fr.state is not None and fr.state.is_final():
+                return fr
+            if time.monotonic() > deadline:
+                raise AssertionError(f"flow run {fr.name} still {fr.state.name if fr.state else '?'} after {timeout_s} s")
+            time.sleep(1)

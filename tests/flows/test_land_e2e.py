@@ -1,0 +1,146 @@
+"""The main job end to end, as the README runs it: `roost run` on the embedded default.
+
+Real parts only: the tiny checkpoint is generated, published to a local git repo, served by a real
+olah Hub mirror, downloaded with huggingface_hub, audited, served by a real vLLM CPU server,
+benchmarked over streaming chat completions, reported to files and to a real Prefect server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOST = str(Path(sys.executable).parent / "roost")
+
+
+def _run_roost(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ROOST, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+
+
+def _vllm_processes() -> list[str]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "vllm.entrypoints" in cmd and os.environ["ROOST_HOME"] in cmd:
+                out.append(cmd)
+    return out
+
+
+@pytest.fixture(scope="module")
+def first_run(prefect_api: str) -> dict[str, Any]:
+    res = _run_roost("run", "--json", "--no-notify")
+    assert res.returncode == 0, res.stderr[-4000:]
+    start = res.stdout.index("{")
+    record: dict[str, Any] = json.loads(res.stdout[start:])
+    return record
+
+
+def test_measures_real_ttft_and_decode(first_run: dict[str, Any]) -> None:
+    points = first_run["points"]
+    kinds = {(p["kind"], p["prompt_tokens"] if p["kind"] == "prompt_length" else p["concurrency"]) for p in points}
+    assert {("prompt_length", 128), ("prompt_length", 1024), ("concurrency", 1), ("concurrency", 4)} <= kinds
+    for p in points:
+        assert p["errors"] == 0 and p["requests"] > 0
+        for field in ("ttft_s_median", "decode_tok_s_median", "output_tok_s"):
+            assert p[field] is not None and math.isfinite(p[field]) and p[field] > 0, (field, p)
+        assert p["decode_tok_s_min"] <= p["decode_tok_s_median"] <= p["decode_tok_s_max"]
+    # aggregate throughput with 4 users beats one user on a server with free batch slots
+    by_conc = {p["concurrency"]: p for p in points if p["kind"] == "concurrency"}
+    assert by_conc[4]["output_tok_s"] > by_conc[1]["output_tok_s"]
+
+
+def test_decode_rate_matches_token_counts_and_timestamps(first_run: dict[str, Any]) -> None:
+    import pandas as pd
+
+    results = Path(os.environ["ROOST_RESULTS_DIR"])
+    reqs = pd.read_parquet(results / "requests")
+    reqs = reqs[reqs["run_id"] == first_run["meta"]["run_id"]]
+    assert len(reqs) > 0
+    ok = reqs[reqs["error"].isna() | (reqs["error"] == "")]
+    recomputed = (ok["completion_tokens"] - 1) / (ok["t_last_s"] - ok["t_first_s"])
+    assert (recomputed - ok["decode_tok_s"]).abs().max() < 1e-6
+    assert (ok["completion_tokens"] == 64).all()
+
+
+def test_plan_matches_what_vllm_logged(first_run: dict[str, Any]) -> None:
+    serve = first_run["serve"]
+    assert serve["logged_kv_cache_tokens"] and serve["logged_kv_cache_tokens"] > 0
+    assert serve["predicted_kv_cache_tokens"] == serve["logged_kv_cache_tokens"]
+    assert serve["attempts"][-1]["ok"] is True
+    assert "--api-key" not in " ".join(first_run["meta"]["vllm_args"])
+
+
+def test_report_written_with_measured_numbers(first_run: dict[str, Any]) -> None:
+    report = Path(first_run["report_path"])
+    text = report.read_text()
+    p = next(p for p in first_run["points"] if p["kind"] == "prompt_length")
+    assert f"{p['decode_tok_s_median']:.1f}" in text
+    assert first_run["meta"]["commit"][:12] in text
+
+
+def test_artifacts_are_in_the_prefect_api(first_run: dict[str, Any]) -> None:
+    import asyncio
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async def artifacts() -> list[Any]:
+        async with get_client() as client:
+            run_id = UUID(first_run["meta"]["prefect_flow_run_id"])
+            flow_run = await client.read_flow_run(run_id)
+            assert flow_run.state is not None and flow_run.state.is_completed()
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+
+    found = asyncio.run(artifacts())
+    types = {a.type for a in found}
+    assert {"markdown", "table", "progress"} <= types, types
+    assert any(a.key and a.key.startswith("roost-report") for a in found)
+
+
+def test_no_server_left_running(first_run: dict[str, Any]) -> None:
+    assert _vllm_processes() == []
+
+
+def test_second_run_reuses_cached_stages(first_run: dict[str, Any]) -> None:
+    res = _run_roost("run", "--json", "--no-notify")
+    assert res.returncode == 0, res.stderr[-4000:]
+    record = json.loads(res.stdout[res.stdout.index("{"):])
+    stages = {s["stage"]: s for s in record["stages"]}
+    assert stages["download"]["cached"] is True
+    assert stages["audit"]["cached"] is True
+    assert record["meta"]["commit"] == first_run["meta"]["commit"]
+    assert "cached" in res.stdout + res.stderr
+    assert _vllm_processes() == []
+
+
+def test_unknown_profile_is_one_line_exit_2() -> None:
+    res = _run_roost("run", "--profile", "nope")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "roost: error: unknown model profile 'nope': choose one of local, ornith-1.5-35b-a3b-nvfp4, ornith-35b, ornith-9b"]
+
+
+def test_port_in_use_is_one_line_exit_2() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        res = _run_roost("run", "--port", str(s.getsockname()[1]))
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1 and "already in use" in res.stderr

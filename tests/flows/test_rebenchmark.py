@@ -1,0 +1,93 @@
+"""The ``rebenchmark`` flow against a real running vLLM server (the session's) on a host that
+exists only as a ``spark-host`` block document, with a profile that exists only as a
+``model-profile`` block document."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from roost.errors import UserError
+from roost.hosts import CPU
+from roost.profiles import LOCAL
+from roost.records import RunMeta, RunRecord
+
+pytestmark = pytest.mark.slow
+
+HOST = "test-session"  # the host name the session's vllm_server fixture records its state under
+PROFILE = "rebench-tiny"
+
+
+@pytest.fixture(scope="module")
+def blocks(prefect_api: str) -> Iterator[None]:
+    from blocks.hosts import SparkHost
+    from blocks.profiles import ModelProfileBlock
+
+    SparkHost.from_profile(CPU.model_copy(update={"name": HOST})).save(HOST, overwrite=True)
+    quick = {"prompt_lengths": [128], "output_tokens": 16, "concurrency": [2], "repeats": 1, "warmup": 1}
+    ModelProfileBlock.from_profile(LOCAL.model_copy(update={"name": PROFILE, "host": HOST, "bench": quick})).save(
+        PROFILE, overwrite=True)
+    yield
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        for slug, name in (("spark-host", HOST), ("model-profile", PROFILE)):
+            doc = client.read_block_document_by_name(name=name, block_type_slug=slug)
+            assert doc.id is not None
+            client.delete_block_document(doc.id)
+
+
+@pytest.fixture
+def earlier_land(vllm_server: Any) -> RunRecord:
+    """A stored land run of this model on this host, from before the server started (real store)."""
+    from roost.store import append_run
+
+    rec = RunRecord(meta=RunMeta(
+        started_at=dt.datetime.now(dt.UTC) - dt.timedelta(days=1), roost_version="0", profile=PROFILE,
+        repo_id=LOCAL.repo_id, revision="main", commit="c0ffee" * 6 + "abcd", served_model_name="tiny", host=HOST,
+        backend="process", vllm_args=["--dtype", "bfloat16"]), plan={"kv_cache_tokens": 1234},
+        decode_ceiling_tok_s=99.0)
+    append_run(rec)
+    return rec
+
+
+def test_benchmarks_what_the_host_serves(blocks: None, vllm_server: Any, earlier_land: RunRecord,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.rebenchmark import rebenchmark
+
+    monkeypatch.setenv("VLLM_API_KEY", vllm_server.api_key)
+    record = rebenchmark(host=HOST, notify=False)
+    assert record["status"] == "completed"
+    assert record["meta"]["profile"] == PROFILE  # found by served model name, the host's own profile first
+    assert record["meta"]["served_model_name"] == "tiny" and record["meta"]["host"] == HOST
+    # the identity of the land run that started the server, so the regression check compares like with like
+    assert record["meta"]["commit"] == earlier_land.meta.commit
+    assert record["meta"]["vllm_args"] == ["--dtype", "bfloat16"]
+    assert record["plan"] == {"kv_cache_tokens": 1234} and record["decode_ceiling_tok_s"] == 99.0
+    assert record["meta"]["run_id"] != earlier_land.meta.run_id
+    stages = {s["stage"]: s for s in record["stages"]}
+    assert stages["serve"]["status"] == "skipped" and "already serving" in stages["serve"]["note"]
+    assert stages["benchmark"]["status"] == "completed"
+    points = record["points"]
+    assert {(p["kind"], p["prompt_tokens"], p["concurrency"]) for p in points} >= {("prompt_length", 128, 1)}
+    assert all(p["errors"] == 0 and p["decode_tok_s_median"] > 0 for p in points)
+    assert record["report_path"]
+
+
+def test_unknown_key_is_a_clear_error(blocks: None, vllm_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.rebenchmark import rebenchmark
+
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    with pytest.raises(UserError, match=r"requires an API key roost does not know.*roost-vllm-api-key"):
+        rebenchmark(host=HOST, notify=False)
+
+
+def test_profile_must_match_what_runs(blocks: None, vllm_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.rebenchmark import rebenchmark
+
+    monkeypatch.setenv("VLLM_API_KEY", vllm_server.api_key)
+    with pytest.raises(UserError, match="serves 'tiny', not profile ornith-9b's 'ornith9b'"):
+        rebenchmark(host=HOST, profile="ornith-9b", notify=False)

@@ -1,0 +1,112 @@
+"""One test per metric of roost/bench/metrics.py, on hand-computed records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from roost.bench import metrics as M
+from roost.bench.metrics import RequestRecord, Step
+
+
+def rec(
+    t_sent: float = 100.0,
+    token_times: list[float] | None = None,
+    completion_tokens: int | None = None,
+    error: str = "",
+    usage_missing: bool = False,
+) -> RequestRecord:
+    ts = token_times if token_times is not None else [100.5, 100.6, 100.7, 100.8, 100.9]
+    return RequestRecord(
+        request_id="r",
+        t_sent=t_sent,
+        t_first=ts[0] if ts else None,
+        t_last=ts[-1] if ts else None,
+        token_times=ts,
+        completion_tokens=completion_tokens if completion_tokens is not None else (len(ts) if ts else None),
+        usage_missing=usage_missing,
+        error=error,
+        error_kind="cut" if error else None,
+    )
+
+
+def test_ttft_is_send_to_first_token_chunk() -> None:
+    assert M.ttft(rec()) == pytest.approx(0.5)
+    assert M.ttft(rec(token_times=[])) is None
+
+
+def test_e2el_is_send_to_last_token_chunk() -> None:
+    assert M.e2el(rec()) == pytest.approx(0.9)
+
+
+def test_output_tokens_prefers_usage_and_falls_back_to_chunks() -> None:
+    # usage says 9 tokens in 5 chunks (vLLM merged some): usage wins
+    assert M.output_tokens(rec(completion_tokens=9)) == 9
+    no_usage = rec()
+    no_usage.completion_tokens = None
+    assert M.output_tokens(no_usage) == 5
+
+
+def test_tpot_excludes_the_first_token() -> None:
+    # 0.4 s between first and last token, 9 tokens -> 8 intervals
+    assert M.tpot(rec(completion_tokens=9)) == pytest.approx(0.4 / 8)
+    assert M.tpot(rec(token_times=[100.5], completion_tokens=1)) is None
+
+
+def test_decode_tok_s_is_tokens_after_the_first_over_their_span() -> None:
+    # (completion_tokens - 1) / (t_last - t_first), with usage tokens, not chunks
+    assert M.decode_tok_s(rec(completion_tokens=9)) == pytest.approx(8 / 0.4)
+    assert M.decode_tok_s(rec()) == pytest.approx(4 / 0.4)
+    assert M.decode_tok_s(rec(completion_tokens=9)) == pytest.approx(1 / M.tpot(rec(completion_tokens=9)))  # type: ignore[operator]
+
+
+def test_itl_is_every_gap_between_token_chunks() -> None:
+    assert M.itl(rec(token_times=[1.0, 1.1, 1.35])) == pytest.approx([0.1, 0.25])
+    assert M.itl(rec(token_times=[1.0])) == []
+
+
+def test_output_throughput_counts_completed_requests_over_the_step_wall_time() -> None:
+    ok1, ok2 = rec(completion_tokens=64), rec(completion_tokens=64)
+    failed = rec(completion_tokens=30, error="cut")
+    assert M.output_throughput([ok1, ok2, failed], wall_s=2.0) == pytest.approx(64.0)
+    assert M.output_throughput([failed], wall_s=2.0) is None
+    assert M.output_throughput([ok1], wall_s=0.0) is None
+
+
+def test_request_throughput_is_completed_requests_per_second() -> None:
+    assert M.request_throughput([rec(), rec(), rec(error="x")], wall_s=4.0) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("p", [0, 10, 50, 90, 99, 100])
+def test_percentile_matches_numpy_linear(p: float) -> None:
+    xs = [0.31, 0.54, 1.65, 7.1, 42.9, 114.0, 122.0, 3.3]
+    assert M.percentile(xs, p) == pytest.approx(float(np.percentile(xs, p)))
+    assert M.percentile([], p) is None
+
+
+def test_median_is_p50() -> None:
+    assert M.median([3.0, 1.0, 2.0, 10.0]) == pytest.approx(2.5)
+
+
+def test_summarize_ignores_missing_values() -> None:
+    d = M.summarize([1.0, None, 3.0, 2.0])
+    assert (d.count, d.min, d.median, d.max, d.mean) == (3, 1.0, 2.0, 3.0, 2.0)
+    assert M.summarize([]).median is None
+
+
+def test_point_stats_pools_requests_and_takes_throughput_per_step() -> None:
+    s1 = Step(records=[rec(completion_tokens=9), rec(completion_tokens=9, error="cut")], wall_s=1.0)
+    s2 = Step(records=[rec(t_sent=100.3, completion_tokens=9)], wall_s=3.0)
+    st = M.point_stats([s1, s2])
+    assert (st.requests, st.errors) == (3, 1)
+    assert st.ttft.count == 2 and st.ttft.median == pytest.approx((0.5 + 0.2) / 2)
+    assert st.decode_tok_s.median == pytest.approx(20.0)
+    # per step: 9 tok / 1 s and 9 tok / 3 s -> median of the two repeats
+    assert (st.output_throughput.min, st.output_throughput.max) == (pytest.approx(3.0), pytest.approx(9.0))
+    assert st.output_throughput.median == pytest.approx(6.0)
+    assert st.itl.count == 8
+
+
+def test_usage_missing_is_counted() -> None:
+    st = M.point_stats([Step(records=[rec(usage_missing=True), rec()], wall_s=1.0)])
+    assert st.usage_missing == 1

@@ -1,0 +1,161 @@
+"""The sweeps against the synthetic server: plan, clipping, skips, faults, a dead server, the knee."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from bench_synthetic import Synthetic
+
+from roost.bench.sweep import BenchSettings, find_knee, make_settings, run_benchmark
+from roost.errors import UserError
+
+FAST = {"tokens_per_s": 400.0, "ttft_s": 0.01, "faults": []}
+
+
+def small(**kw: object) -> BenchSettings:
+    values: dict[str, object] = {"prompt_lengths": [64], "output_tokens": 16, "concurrency": [], "repeats": 2,
+                                 "warmup": 1, "metrics_poll_s": 0.2}
+    values.update(kw)
+    return BenchSettings.model_validate(values)
+
+
+# --- the knee -----------------------------------------------------------------------------------
+
+
+def test_knee_at_the_seeds_peak() -> None:
+    # the Ornith 1.5 sweep: peak at --max-num-seqs 20, then queueing costs throughput
+    k = find_knee([(1, 43.6), (16, 431.0), (20, 490.3), (24, 405.7)])
+    assert k is not None and (k.concurrency, k.peak_concurrency, k.saturated) == (20, 20, True)
+
+
+def test_knee_where_more_users_add_under_the_tolerance() -> None:
+    k = find_knee([(1, 40.0), (16, 480.0), (20, 490.0), (24, 495.0)], tolerance=0.05)
+    assert k is not None and k.concurrency == 16 and k.peak_concurrency == 24 and k.saturated
+
+
+def test_knee_not_reached_while_throughput_still_grows() -> None:
+    k = find_knee([(1, 40.0), (4, 150.0), (8, 290.0)])
+    assert k is not None and k.concurrency == 8 and not k.saturated
+    assert find_knee([]) is None
+
+
+# --- settings -----------------------------------------------------------------------------------
+
+
+def test_bad_settings_name_the_field() -> None:
+    with pytest.raises(UserError, match="repeats"):
+        make_settings(repeats=0)
+    with pytest.raises(UserError, match="concurrency"):
+        make_settings(concurrency=[0])
+    with pytest.raises(UserError, match="output_tokens"):
+        make_settings(output_tokens=1)
+
+
+def test_levels_include_max_num_seqs_and_budgets_scale_with_the_prompt() -> None:
+    s = BenchSettings(max_num_seqs=20)
+    assert s.levels() == [1, 16, 20, 24]
+    assert s.prompt_lengths == [512, 2048, 8192, 32768, 131072, 250000, 0]
+    short, long = s.budget(512, 1), s.budget(261224, 1)
+    assert long.first_token_s > 122 * 10 > short.first_token_s  # the seeds' 261K prompt took 122 s
+
+
+# --- runs on the synthetic server -----------------------------------------------------------------
+
+
+def test_prompt_lengths_are_exact_clipped_to_the_window_and_timed(synthetic: Synthetic) -> None:
+    synthetic.control(**FAST)
+    calls: list[tuple[str, float]] = []
+    r = run_benchmark(synthetic.base_url, synthetic.model, small(prompt_lengths=[128, 0, 9000], output_tokens=64),
+                      api_key=synthetic.api_key, progress=lambda m, f: calls.append((m, f)))
+    assert r.status == "completed" and r.max_model_len == 4096
+    assert [(p.kind, p.prompt_tokens) for p in r.points] == [("prompt_length", 128), ("prompt_length", 4032)]
+    assert any("9000" in n for n in r.notes)
+    for p in r.points:
+        assert p.requests == 2 and p.errors == 0 and p.repeats == 2
+        assert p.ttft_s_median == pytest.approx(0.01, abs=0.03)
+        assert p.decode_tok_s_median == pytest.approx(400.0, rel=0.05)
+        assert p.metrics_delta["generation_tokens"] == 2 * 64
+        assert p.metrics_delta["prefix_cache_queries"] == 2 * p.prompt_tokens
+    measured = [x for x in r.requests if x.phase != "warmup"]
+    assert all(x.prompt_tokens == x.prompt_tokens_target for x in measured)
+    assert [x.phase for x in r.requests].count("warmup") == 1
+    fractions = [f for _, f in calls]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+
+
+def test_a_length_the_server_rejects_is_skipped_with_its_reason(synthetic: Synthetic) -> None:
+    synthetic.control(**FAST)
+    # claim a bigger window than the server has: its 400 must become a skipped point
+    r = run_benchmark(synthetic.base_url, synthetic.model, small(prompt_lengths=[64, 5000], max_model_len=100_000),
+                      api_key=synthetic.api_key)
+    assert r.status == "completed"
+    ok, rejected = r.points
+    assert not ok.skipped and rejected.skipped and rejected.requests == 1
+    assert "maximum context length is 4096" in rejected.skip_reason
+
+
+def test_concurrency_points_and_the_knee(synthetic: Synthetic) -> None:
+    synthetic.control(tokens_per_s=50.0, ttft_s=0.02, faults=[])
+    r = run_benchmark(synthetic.base_url, synthetic.model,
+                      small(prompt_lengths=[], concurrency=[1, 4], max_num_seqs=8, output_tokens=32,
+                            concurrency_prompt_tokens=100), api_key=synthetic.api_key)
+    assert [(p.kind, p.concurrency, p.requests) for p in r.points] == [
+        ("concurrency", 1, 2), ("concurrency", 4, 8), ("concurrency", 8, 16)]
+    c1, c4, c8 = r.points
+    # a server with no contention: aggregate scales with users, per-user rate stays at 50 tok/s
+    assert c4.output_tok_s == pytest.approx(4 * c1.output_tok_s, rel=0.1)  # type: ignore[operator]
+    assert c8.decode_tok_s_median == pytest.approx(50.0, rel=0.01)
+    assert c8.metrics_delta["num_requests_running_max"] >= 4
+    assert r.knee is not None and r.knee.concurrency == 8 and not r.knee.saturated
+
+
+def test_bad_server_behaviour_is_recorded_and_the_sweep_goes_on(synthetic: Synthetic) -> None:
+    synthetic.control(tokens_per_s=100.0, ttft_s=0.01, faults=["ok", "cut", "error", "no_usage", "500", "hang"])
+    t0 = time.monotonic()
+    s = small(prompt_lengths=[], concurrency=[6, 7], repeats=1, warmup=1, output_tokens=20,
+              concurrency_prompt_tokens=50, ttft_timeout_base_s=2.0, min_prefill_tok_s=1e9)
+    r = run_benchmark(synthetic.base_url, synthetic.model, s, api_key=synthetic.api_key)
+    assert time.monotonic() - t0 < 30
+    assert r.status == "completed", r.errors
+    c6, c7 = r.points  # levels run ascending: the faults (after the warm-up's "ok") hit c6
+    assert (c7.requests, c7.errors) == (7, 0)  # after the faults: healthy again
+    # counted from chunks: the cut stream, the error event and the one without usage
+    assert (c6.requests, c6.errors, c6.usage_missing) == (6, 4, 3)
+    kinds = sorted(str(x.error_kind) for x in r.requests if x.concurrency == 6)
+    assert kinds == ["None", "None", "cut", "http", "stream_error", "timeout"]
+    assert c6.decode_tok_s_median == pytest.approx(100.0, rel=0.02)  # from the 2 completed requests
+
+
+def test_a_server_that_dies_mid_run_fails_the_run_with_what_was_measured(fresh_synthetic: Synthetic) -> None:
+    srv = fresh_synthetic
+    srv.control(tokens_per_s=200.0, ttft_s=0.01, faults=["ok", "ok", "ok", "die"])
+    s = small(prompt_lengths=[64, 128, 256], repeats=1, warmup=1, ttft_timeout_base_s=5.0)
+    t0 = time.monotonic()
+    r = run_benchmark(srv.base_url, srv.model, s, api_key=srv.api_key)
+    assert time.monotonic() - t0 < 60
+    assert r.status == "failed" and "stopped answering" in r.errors[0]
+    assert [p.prompt_tokens for p in r.points] == [64, 128, 256]
+    assert r.points[0].errors == 0 and r.points[1].errors == 0 and r.points[2].errors == 1
+    assert len([x for x in r.requests if x.ok]) == 3  # warm-up and the two points before the crash
+
+
+def test_wrong_key_and_unknown_model_are_user_errors(synthetic: Synthetic) -> None:
+    with pytest.raises(UserError, match="rejected the API key"):
+        run_benchmark(synthetic.base_url, synthetic.model, small(), api_key="nope")
+    with pytest.raises(UserError, match="serves: synthetic"):
+        run_benchmark(synthetic.base_url, "other", small(), api_key=synthetic.api_key)
+
+
+def test_run_benchmark_works_from_inside_a_running_event_loop(synthetic: Synthetic) -> None:
+    import asyncio
+
+    synthetic.control(**FAST)
+
+    async def caller() -> str:
+        return run_benchmark(synthetic.base_url, synthetic.model, small(repeats=1, warmup=0),
+                             api_key=synthetic.api_key).status
+
+    assert asyncio.run(caller()) == "completed"
+    assert threading.active_count() >= 1

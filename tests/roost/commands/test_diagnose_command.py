@@ -1,0 +1,47 @@
+"""``roost diagnose LOGFILE [--json]``: exit 0 failure found, 1 none, 2 unreadable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REAL_KV_LOG = Path(__file__).parents[1] / "serve" / "logs" / "kv-too-small.cpu-container.log"
+REAL_OK_LOG = Path(__file__).parents[1] / "serve" / "logs" / "serve-ok.cpu-container.ts.log"
+
+
+def roost(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "roost.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_json_for_a_real_failed_start() -> None:
+    r = roost("diagnose", str(REAL_KV_LOG), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["failure_class"] == "kv_pool_too_small" and out["retryable"] is False
+    assert "--kv-cache-memory-bytes" in out["remediation"]
+    assert "KV cache is needed" in out["evidence"]
+
+
+def test_healthy_log_exits_1() -> None:
+    r = roost("diagnose", str(REAL_OK_LOG), "--json")
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["failure_class"] is None
+
+
+def test_text_output_and_exit_status_options(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("INFO Loading weights...\n")
+    r = roost("diagnose", str(log), "--exit-code", "137", "--oom-killed")
+    assert r.returncode == 0
+    assert "failure_class: out_of_memory" in r.stdout and "retryable:     true" in r.stdout
+
+
+def test_unreadable_file_exits_2_with_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.log"
+    r = roost("diagnose", str(missing))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and str(missing) in r.stderr and "Traceback" not in r.stderr
+    r = roost("diagnose", str(tmp_path))
+    assert r.returncode == 2 and "is a directory" in r.stderr

@@ -1,0 +1,37 @@
+"""``roost setup`` refuses unusable input before it talks to any server: one line, exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOST = str(Path(sys.executable).parent / "roost")
+
+
+def _setup(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    return subprocess.run([ROOST, "setup", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "PREFECT_API_URL is not set: start a server (`prefect server start`)"),
+    (["--cron", "61 3 * * *"], "--cron '61 3 * * *' --timezone 'UTC': "),
+    (["--timezone", "Mars/Olympus"], "--timezone 'Mars/Olympus'"),
+    (["--zombie-after", "10"], "--zombie-after 10 s is too short"),
+    (["--hosts", " , "], "--hosts is empty"),
+    (["--source", "/tmp"], "--source /tmp: no flows/land.py there"),
+])
+def test_unusable_input(args: list[str], message: str) -> None:
+    out = _setup(*args)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("roost: error: ") and message in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_listed_in_help() -> None:
+    out = subprocess.run([ROOST, "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "setup" in out.stdout

@@ -1,0 +1,214 @@
+"""Cold-load failures with real containers, each reproducing the failure's exit status and log.
+
+- kv_pool_too_small: real vLLM in the built image with a 1 MiB --kv-cache-memory-bytes.
+- out_of_memory: a real OOM kill (cgroup memory limit), exit 137 with OOMKilled=true.
+- port_in_use: a real listener on the port Docker is asked to publish.
+- health_timeout: real vLLM still loading when a short wait gives up.
+- a failing build: a base without pip, the real `docker build` error.
+- the classes whose trigger needs hardware or checkpoints this machine does not have (a vision
+  checkpoint without its tower, an MTP config without MTP weights, CUDA OOM) are FAKED: a container
+  from the base image prints vLLM 0.32's exact line (from its source) and exits 1 the way vLLM does.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from roost.errors import StageFailed
+from roost.hosts import CPU, HostProfile
+from roost.net import free_port
+from roost.serve.base import ServeSpec
+from roost.serve.docker_backend import (
+    LABEL_HOST,
+    LABEL_MODEL,
+    DockerServer,
+    StartFailed,
+    build_image,
+    roost_containers,
+    start_docker_server,
+    wait_healthy,
+)
+from roost.serve.dockerfile import LABEL_MANAGED, BuildSpec
+
+if TYPE_CHECKING:
+    import docker
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
+
+ROOTFS_IMAGE = "roost/debian-bookworm:minbase"
+
+
+def cpu_host(name: str, base_image: str) -> HostProfile:
+    return CPU.model_copy(update={"name": name, "backend": "docker", "base_image": base_image})
+
+
+def run_fake(client: docker.DockerClient, image: str, script: str, *, name: str, **kwargs: Any) -> DockerServer:
+    """A roost-labelled container running ``sh -c script``, wrapped as the DockerServer vLLM would be."""
+    container = client.containers.run(
+        image, ["sh", "-c", script], name=name, detach=True,
+        labels={LABEL_MANAGED: "true", LABEL_HOST: "faults", LABEL_MODEL: name}, **kwargs,
+    )
+    return DockerServer(client, container, base_url="http://127.0.0.1:9", served_model_name=name,
+                        host_name="faults", port=9, image=image)
+
+
+def wait_exit(server: DockerServer, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while server.is_running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+# vLLM 0.32's messages, verbatim from its source, as its engine-core process logs them
+FAKED = {
+    "visual_uninitialized": (
+        "(EngineCore pid=90) ERROR 11-30 09:02:11 [core.py:1510] ValueError: Following weights were not initialized "
+        "from checkpoint: {'visual.blocks.0.attn.qkv.weight', 'visual.merger.linear_fc1.bias'}"
+    ),
+    "language_model_only_with_tower": (
+        "(EngineCore pid=90) ERROR 11-30 09:03:40 [core.py:1510] ValueError: There is no module or parameter named "
+        "'visual' in Qwen3_5ForConditionalGeneration. The available parameters belonging to  "
+        "(Qwen3_5ForConditionalGeneration) are: {'language_model.model.embed_tokens.weight'}"
+    ),
+    "mtp_weights_missing": (
+        "(EngineCore pid=77) INFO 11-30 09:10:01 [gpu_model_runner.py:5071] Loading drafter model...\n"
+        "(EngineCore pid=77) ERROR 11-30 09:10:03 [core.py:1510] ValueError: Following weights were not initialized "
+        "from checkpoint: {'model.fc.weight', 'model.pre_fc_norm_embedding.weight'}"
+    ),
+    "out_of_memory": (
+        "(EngineCore pid=12) ERROR 11-30 09:20:00 [core.py:1510] torch.OutOfMemoryError: CUDA out of memory. "
+        "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 119.70 GiB of which 1.02 GiB is free."
+    ),
+}
+
+
+@pytest.mark.parametrize("cls", sorted(FAKED))
+def test_faked_vllm_failure_lines_in_a_real_container(docker_engine: docker.DockerClient, base_image: str,
+                                                      cls: str) -> None:
+    lines = FAKED[cls]
+    script = "".join(f"echo {_sh_quote(line)} >&2; " for line in lines.splitlines())
+    script += "echo 'RuntimeError: Engine core initialization failed. See root cause above.' >&2; exit 1"
+    server = run_fake(docker_engine, base_image, script, name=f"roost-faults-{cls.replace('_', '-')}")
+    try:
+        wait_exit(server)
+        assert server.exit_code() == 1
+        d = server.diagnose()
+        assert d is not None and d.failure_class == cls and d.exit_code == 1
+        assert d.evidence == lines.splitlines()[-1]
+    finally:
+        server.stop()
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def test_oom_killed_container(docker_engine: docker.DockerClient) -> None:
+    server = run_fake(docker_engine, ROOTFS_IMAGE, "python3 -c 'x = bytearray(512 * 2**20)'",
+                      name="roost-faults-oom-kill", mem_limit="64m", memswap_limit="64m")
+    try:
+        wait_exit(server)
+        assert server.exit_code() == 137 and server.oom_killed()
+        d = server.diagnose()
+        assert d is not None and d.failure_class == "out_of_memory" and d.retryable
+        assert "OOMKilled=true" in d.evidence
+    finally:
+        server.stop()
+    # the state survives the removal: a flow that tears down first and diagnoses after still knows
+    assert server.oom_killed() and server.exit_code() == 137
+
+
+def test_wait_ends_at_once_when_the_container_dies(docker_engine: docker.DockerClient, base_image: str) -> None:
+    server = run_fake(docker_engine, base_image, "sleep 1; echo 'OSError: [Errno 98] Address already in use' >&2; exit 1",
+                      name="roost-faults-early-exit")
+    try:
+        w = wait_healthy(server, timeout_s=120)
+        assert not w.healthy and not w.timed_out and w.exit_code == 1 and w.seconds < 10
+        assert w.diagnosis is not None and w.diagnosis.failure_class == "port_in_use"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def serving_image(docker_engine: docker.DockerClient, base_image: str) -> str:
+    return build_image(BuildSpec(base_image=base_image), client=docker_engine).tag
+
+
+def test_port_in_use_when_docker_publishes(docker_engine: docker.DockerClient, base_image: str, serving_image: str,
+                                           docker_tiny_model: Path) -> None:
+    host = cpu_host("faults-port", base_image)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        spec = ServeSpec(model_dir=docker_tiny_model, served_model_name="tiny", port=port)
+        with pytest.raises(StartFailed) as info:
+            start_docker_server(spec, host, image=serving_image, api_key=None, client=docker_engine)
+    d = info.value.diagnosis
+    assert d is not None and d.failure_class == "port_in_use" and d.retryable
+    assert str(port) in d.evidence
+    assert roost_containers(docker_engine, "faults-port") == []  # the created-but-unstarted container is gone
+
+
+def test_real_vllm_kv_pool_too_small(docker_engine: docker.DockerClient, base_image: str, serving_image: str,
+                                     docker_tiny_model: Path) -> None:
+    host = cpu_host("faults-kv", base_image)
+    spec = ServeSpec(model_dir=docker_tiny_model, served_model_name="tiny", port=free_port(),
+                     vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager",
+                                "--kv-cache-memory-bytes", "1048576"])
+    server = start_docker_server(spec, host, image=serving_image, api_key=None, client=docker_engine)
+    try:
+        w = wait_healthy(server, timeout_s=600)
+        assert not w.healthy and w.exit_code == 1, server.logs()[-2000:]
+        d = w.diagnosis
+        assert d is not None and d.failure_class == "kv_pool_too_small" and not d.retryable
+        assert d.max_model_len == 2048 and d.suggested_kv_cache_bytes == 1024**3
+        assert "To serve at least one request with the model's max seq len (2048)" in d.evidence
+    finally:
+        server.stop()
+
+
+def test_health_timeout_while_still_loading(docker_engine: docker.DockerClient, base_image: str, serving_image: str,
+                                            docker_tiny_model: Path) -> None:
+    host = cpu_host("faults-slow", base_image)
+    spec = ServeSpec(model_dir=docker_tiny_model, served_model_name="tiny", port=free_port(),
+                     env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    server = start_docker_server(spec, host, image=serving_image, api_key=None, client=docker_engine)
+    try:
+        w = wait_healthy(server, timeout_s=3)
+        assert not w.healthy and w.timed_out and w.exit_code is None
+        assert w.diagnosis is not None and w.diagnosis.failure_class == "health_timeout" and w.diagnosis.retryable
+        assert server.is_running()
+    finally:
+        server.stop()
+
+
+def test_failing_build_names_its_step_and_last_lines(docker_engine: docker.DockerClient, base_image: str) -> None:
+    """A base without pip: the patch step fails; nothing of the failed build is left behind."""
+    before = {i.id for i in docker_engine.images.list(all=True)}
+    with pytest.raises(StageFailed) as info:
+        build_image(BuildSpec(base_image=ROOTFS_IMAGE), client=docker_engine)
+    msg = str(info.value)
+    assert msg.startswith("build: docker build of roost/vllm:")
+    assert "failed at 'Step 2/" in msg and "pip install" in msg and "No module named pip" in msg
+    assert "returned a non-zero code: 1" in msg
+    after = {i.id for i in docker_engine.images.list(all=True)}
+    assert after == before
+    assert docker_engine.containers.list(all=True, filters={"ancestor": ROOTFS_IMAGE}) == []
+
+
+def test_missing_base_image_is_explained(docker_engine: docker.DockerClient) -> None:
+    with pytest.raises(StageFailed, match=r"not present locally and cannot be pulled.*scripts/build-test-base-image"):
+        build_image(BuildSpec(base_image="roost/no-such-base:0"), client=docker_engine)
+
+
+def test_serving_an_image_that_was_never_built(docker_engine: docker.DockerClient, base_image: str,
+                                               docker_tiny_model: Path) -> None:
+    spec = ServeSpec(model_dir=docker_tiny_model, served_model_name="tiny", port=free_port())
+    with pytest.raises(StageFailed, match="image roost/vllm:000000000000 is not present on host faults-img: run the build"):
+        start_docker_server(spec, cpu_host("faults-img", base_image), image="roost/vllm:000000000000", api_key=None,
+                            client=docker_engine)

@@ -1,0 +1,144 @@
+"""The download task on a real Prefect server and a real olah: progress artifact, caching by commit and
+fingerprints, no retries for 401, retries for an unreachable Hub, the token from a Secret block."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, LogFilter, LogFilterFlowRunId
+
+from roost.errors import UserError
+from roost.hub.download import HubUnreachable, RetryPolicy
+from roost.hub.mirror import HubMirror, local_hub
+from roost.hub.testing import write_checkpoint_files
+from roost.net import free_port
+from roost.profiles import ModelProfile
+from tasks.download import download_task, token_from
+
+pytestmark = pytest.mark.slow
+
+REPO = "acme/task-model"
+PRIVATE = "acme/task-private"
+
+
+def profile(repo_id: str = REPO) -> ModelProfile:
+    return ModelProfile(name="task-test", repo_id=repo_id, served_model_name="t")
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubMirror]:
+    base = tmp_path_factory.mktemp("task-hub")
+    src = write_checkpoint_files(base / "src", shard_sizes=[1_500_000, 300_000], seed=21)
+    private = write_checkpoint_files(base / "private", shard_sizes=[1000], seed=22)
+    with local_hub(base / "mirrors", {REPO: src, PRIVATE: private}, private=[PRIVATE]) as (mirror, _):
+        yield mirror
+
+
+def run_count(task_run_id: str) -> int:
+    with get_client(sync_client=True) as client:
+        return int(client.read_task_run(task_run_id).run_count)  # type: ignore[arg-type]
+
+
+def outcome(state: Any) -> dict[str, Any]:
+    """What a test needs from a task's final state, taken inside the flow (so the flow itself completes)."""
+    error = state.result(raise_on_failure=False)
+    return {
+        "failed": state.is_failed(),
+        "task_run_id": state.state_details.task_run_id,
+        "flow_run_id": state.state_details.flow_run_id,
+        "error": error if isinstance(error, BaseException) else None,
+    }
+
+
+def test_download_task_reports_progress_and_caches_by_commit(
+    prefect_api: str, hub: HubMirror, tmp_path: Path
+) -> None:
+    @flow
+    def three_times() -> list[Any]:
+        return [
+            download_task(profile(), None, str(tmp_path), endpoint=hub.endpoint, return_state=True)
+            for _ in range(3)
+        ]
+
+    first, second, third = three_times()
+    r1, r2, r3 = first.result(), second.result(), third.result()
+    assert r1["cached"] is False and r1["commit"] == r2["commit"] == r3["commit"]
+    assert r2["cached"] is True  # roost's own fingerprint cache
+    assert third.name == "Cached" and r3 == r2  # Prefect's cache, keyed by commit + fingerprints
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["download-acme-task-model"]))
+        )
+    assert artifacts and artifacts[0].type == "progress" and float(artifacts[0].data) == 100.0  # type: ignore[arg-type]
+
+    # a file touched on disk changes the key: the task runs again (and re-hashes that file)
+    shard = next(Path(tmp_path).glob("model-00001-*.safetensors"))
+    os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))
+
+    @flow
+    def once_more() -> Any:
+        return download_task(profile(), None, str(tmp_path), endpoint=hub.endpoint, return_state=True)
+
+    fourth = once_more()
+    assert fourth.name == "Completed" and fourth.result()["hashed_bytes"] == shard.stat().st_size
+
+
+def test_401_is_not_retried_and_the_secret_token_is_never_logged(
+    prefect_api: str, hub: HubMirror, tmp_path: Path
+) -> None:
+    from prefect.blocks.system import Secret
+
+    token = "hf_secret_" + os.urandom(8).hex()
+    Secret(value=token).save("roost-test-hf-token", overwrite=True)
+
+    @flow
+    def private() -> dict[str, Any]:
+        return outcome(
+            download_task(
+                profile(PRIVATE),
+                None,
+                str(tmp_path),
+                endpoint=hub.endpoint,
+                token_secret="roost-test-hf-token",
+                return_state=True,
+            )
+        )
+
+    out = private()
+    assert out["failed"] and run_count(out["task_run_id"]) == 1
+    assert isinstance(out["error"], UserError)
+    assert "with the token roost used (HTTP 401)" in str(out["error"]) and token not in str(out["error"])
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[out["flow_run_id"]]))
+        )
+    assert logs and not any(token in log.message for log in logs)
+    with pytest.raises(UserError, match="Prefect Secret block 'roost-no-such-block' not found"):
+        token_from("roost-no-such-block")
+
+
+def test_an_unreachable_hub_is_retried_by_prefect(prefect_api: str, tmp_path: Path) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+
+    @flow
+    def unreachable() -> dict[str, Any]:
+        return outcome(
+            download_task.with_options(retries=1, retry_delay_seconds=0)(
+                profile(),
+                None,
+                str(tmp_path),
+                endpoint=closed,
+                retry=RetryPolicy(attempts=1),
+                return_state=True,
+            )
+        )
+
+    out = unreachable()
+    assert out["failed"] and run_count(out["task_run_id"]) == 2
+    assert isinstance(out["error"], HubUnreachable)
