@@ -221,22 +221,45 @@ def _api_key_secret(client: SyncPrefectClient, *, store: bool) -> SetupItem:
 # --- work pool, queues, limits ---------------------------------------------------------------------
 
 
+def engine_command() -> str:
+    """The flow-run command the pool's workers run: this venv's ``python -m prefect.engine``.
+
+    Set explicitly, a process worker starts the engine directly instead of through Prefect's
+    workspace supervisor (a second Python process that imports Prefect first): about 3 s less per
+    run (``benchmarks/bench_orchestration.py --via-deployment``). Workers therefore need roost's
+    venv at this same path, as they need the checkout at the path the deployments load from.
+    """
+    import shlex
+    import sys
+
+    return f"{shlex.quote(sys.executable)} -m prefect.engine"
+
+
 def _work_pool(client: SyncPrefectClient, pool: str) -> SetupItem:
-    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
     from prefect.exceptions import ObjectNotFound
     from prefect.workers.process import ProcessWorker
 
+    command = engine_command()
     try:
         existing = client.read_work_pool(pool)
     except ObjectNotFound:
+        template = ProcessWorker.get_default_base_job_template()
+        template["variables"]["properties"]["command"]["default"] = command
         client.create_work_pool(WorkPoolCreate(
             name=pool, type="process", description="roost: one work queue per serving host (a worker per Spark)",
-            base_job_template=ProcessWorker.get_default_base_job_template()))
-        return SetupItem(kind="work-pool", name=pool, status="created", detail="process")
+            base_job_template=template))
+        return SetupItem(kind="work-pool", name=pool, status="created", detail=f"process; {command}")
     if existing.type != "process":
         raise UserError(f"work pool {pool} exists with type {existing.type!r}; roost needs a 'process' pool: "
                         "pass --pool with another name or delete that pool")
-    return SetupItem(kind="work-pool", name=pool, status="unchanged", detail="process")
+    template = existing.base_job_template
+    props = template.get("variables", {}).get("properties", {})
+    if "command" in props and props["command"].get("default") != command:
+        props["command"]["default"] = command
+        client.update_work_pool(pool, WorkPoolUpdate(base_job_template=template))
+        return SetupItem(kind="work-pool", name=pool, status="updated", detail=f"command: {command}")
+    return SetupItem(kind="work-pool", name=pool, status="unchanged", detail=f"process; {command}")
 
 
 def _work_queue(client: SyncPrefectClient, pool: str, host: str) -> SetupItem:

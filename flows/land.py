@@ -11,9 +11,10 @@ the run record, and guarantees the teardown: the server it started is stopped wh
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def land(
     from tasks.local_hub import local_hub_task
     from tasks.notify import notify_task
     from tasks.report import report_task
-    from tasks.serve import serve_process_task
+    from tasks.serve import ensure_host_limit, host_slot
 
     logger = get_run_logger()
     from blocks.resolve import load_host, load_profile
@@ -100,6 +101,7 @@ def land(
     ))
     mirror = None
     server = None
+    slot = contextlib.ExitStack()
     try:
         # 1. download (+ integrity): cached by resolved commit and file fingerprints
         with _stage(record, "download") as st:
@@ -114,8 +116,12 @@ def land(
 
         # 2. audit + plan: header-only; decides vLLM's arguments before any server starts
         with _stage(record, "audit") as st:
-            record.audit = audit_task(str(model_dir), host_p.name)
-            record.plan = plan_task(str(model_dir), host_p.name, prof.model_dump())
+            audit_state = audit_task(str(model_dir), host_p.name, return_state=True)
+            plan_state = plan_task(str(model_dir), host_p.name, prof.model_dump(), return_state=True)
+            record.audit, record.plan = audit_state.result(), plan_state.result()
+            st.cached = audit_state.name == "Cached" and plan_state.name == "Cached"
+            if st.cached:
+                logger.info("audit and plan: cached (checkpoint files unchanged since they were computed)")
             record.decode_ceiling_tok_s = record.audit.get("decode_ceiling_tok_s")
             errors = [f for f in record.audit.get("findings", []) if f.get("severity") == "error"]
             if errors:
@@ -123,15 +129,17 @@ def land(
             vllm_args = [*record.plan.get("vllm_args", []), *prof.vllm_overrides, *(vllm_overrides or [])]
             record.meta.vllm_args = vllm_args
 
-        # 3. container build: the process backend serves from the vLLM venv, no image
+        # 3. container build (docker backend): base image + xgrammar patch, cached by Dockerfile hash
         with _stage(record, "build") as st:
-            st.status, st.note = "skipped", "process backend: vLLM runs from the vLLM venv; no image to build"
-            logger.info("build skipped: host %s uses the process backend", host_p.name)
+            start = _build(record, st, host_p)
 
-        # 4+5. serve and health-wait; a failed cold load is classified and retried only if it can succeed
+        # 4+5. serve and health-wait, holding the host's only serving slot until teardown; a failed
+        # cold load is classified and retried only if it can succeed
+        ensure_host_limit(host_p.name)
+        slot.enter_context(host_slot(host_p.name))
         spec = ServeSpec(model_dir=model_dir, served_model_name=prof.served_model_name,
                          port=port or free_port(), vllm_args=vllm_args)
-        server = _serve_until_healthy(record, spec, host_p, prof, api_key, serve_process_task, health_wait_task)
+        server = _serve_until_healthy(record, spec, host_p, prof, api_key, start, health_wait_task)
 
         # 6. benchmark
         with _stage(record, "benchmark"):
@@ -149,6 +157,7 @@ def land(
         if server is not None and not keep_serving:
             server.stop()
             logger.info("server stopped")
+        slot.close()
         if mirror is not None:
             mirror.stop()
         # 7. report (failed runs too) and notify
@@ -161,6 +170,27 @@ def land(
         raise StageFailed(record.failed_stage or "land", record.failure_message)
     logger.info("report: %s", record.report_path)
     return record.model_dump(mode="json")
+
+
+def _build(record: RunRecord, st: StageTiming, host_p: HostProfile) -> Callable[[ServeSpec, SecretStr], Any]:
+    """Build the serving image when the host serves through Docker; return how to start a server."""
+    from tasks.serve import serve_docker_task, serve_process_task
+
+    logger = get_run_logger()
+    if host_p.backend == "process":
+        st.status, st.note = "skipped", "process backend: vLLM runs from the vLLM venv; no image to build"
+        logger.info("build skipped: host %s uses the process backend", host_p.name)
+        return lambda spec, key: serve_process_task(spec, key, host_p.name)
+
+    from roost.serve.dockerfile import BuildSpec
+    from tasks.build import build_stage
+
+    built = build_stage(BuildSpec(base_image=host_p.base_image, roost_version=roost.__version__), host_p)
+    record.meta.image = built.tag
+    record.meta.image_digest = built.base_image_digest or built.image_id
+    st.cached = built.skipped
+    st.note = f"{built.tag} on {built.base_image}"
+    return lambda spec, key: serve_docker_task(spec, key, host_p, built.tag)
 
 
 def _with_kv_pool(args: list[str], pool_bytes: int) -> list[str]:
@@ -181,7 +211,7 @@ def _with_kv_pool(args: list[str], pool_bytes: int) -> list[str]:
 
 
 def _serve_until_healthy(record: RunRecord, spec: ServeSpec, host_p: HostProfile, prof: ModelProfile,
-                         api_key: SecretStr, serve_task: Any, health_task: Any) -> Any:
+                         api_key: SecretStr, start: Callable[[ServeSpec, SecretStr], Any], health_task: Any) -> Any:
     """Start the server and wait for it; classify a failed cold load and retry only what can succeed.
 
     Transient classes (timeouts, OOM from a server still exiting, port races) are retried with
@@ -198,15 +228,19 @@ def _serve_until_healthy(record: RunRecord, spec: ServeSpec, host_p: HostProfile
     for attempt in range(1, MAX_COLD_LOAD_ATTEMPTS + 1):
         t0 = time.perf_counter()
         with _stage(record, "serve"):
-            server = serve_task(spec, api_key, host_p.name)
+            server = start(spec, api_key)
         try:
             with _stage(record, "health-wait"):
                 health = health_task(server, api_key, timeout)
         except StageFailed as exc:
             timed_out = isinstance(exc, HealthTimeout)
-            log = server.logs()
-            server.stop()
-            diag = diagnose(log, server.exit_code(), timed_out=timed_out)
+            if hasattr(server, "diagnose"):  # docker: the container's exit status and OOM flag too
+                diag = server.diagnose(timed_out=timed_out)
+                server.stop()
+            else:
+                log = server.logs()
+                server.stop()
+                diag = diagnose(log, server.exit_code(), timed_out=timed_out)
             entry: dict[str, Any] = {"attempt": attempt, "ok": False, "seconds": round(time.perf_counter() - t0, 2),
                                      "vllm_args": list(spec.vllm_args)}
             if diag is not None:
@@ -240,7 +274,10 @@ def _serve_until_healthy(record: RunRecord, spec: ServeSpec, host_p: HostProfile
         obs.start_to_healthy_s = health.completion_ok_s
         obs.health_detect_delay_s = health.detect_delay_s
         marks = {m.name: m.at_s for m in health.milestones}
-        if "weights loaded" in marks:
+        if hasattr(server, "phases"):  # docker: split from the container's own timestamped log
+            phases = server.phases(dt.datetime.fromtimestamp(health.health_ok_at, dt.UTC))
+            obs.load_s, obs.compile_s, obs.ready_s = phases.load_s, phases.compile_s, phases.ready_s
+        elif "weights loaded" in marks:
             obs.load_s = marks["weights loaded"]
             end = marks.get("API server up", health.health_ok_s)
             obs.compile_s = max(0.0, end - marks["weights loaded"])

@@ -53,11 +53,18 @@ CPU = HostProfile(
     usable_bytes=8 * GiB,
     headroom_bytes=3 * GiB,
     backend="process",
-    base_image="roost/vllm-cpu-base:latest",
+    base_image="roost/vllm-cpu-base:0.32.0",
     health_timeout_s=600.0,
 )
 
-HOSTS: dict[str, HostProfile] = {h.name: h for h in (SPARK, CPU)}
+CPU_DOCKER = CPU.model_copy(update={
+    "name": "cpu-docker",
+    "description": "This machine's CPU serving through Docker: the production path (build, container, "
+                   "published port) on the locally built vLLM CPU base image (scripts/build-test-base-image)",
+    "backend": "docker",
+})
+
+HOSTS: dict[str, HostProfile] = {h.name: h for h in (SPARK, CPU, CPU_DOCKER)}
 
 
 def get_host(name: str) -> HostProfile:

@@ -277,13 +277,15 @@ class BenchClient:
         concurrency: int = 1,
         prompt_tokens_target: int | None = None,
         defer_close: bool = False,
+        start: asyncio.Event | None = None,
     ) -> RequestRecord:
         """Send one streamed chat completion; return what was seen. Never raises for server faults.
 
         With ``defer_close`` the finished response is handed back to its pool only at
         :meth:`settle`: releasing a connection costs the pool a scan of its connections, and doing
         that for every stream as they all finish together would delay the very last-token reads
-        of the streams still running.
+        of the streams still running. With ``start``, the request is built and then held until
+        the event is set, so that a step's users all send in one tight burst.
         """
         loop = asyncio.get_running_loop()
         st = _Stream()
@@ -305,6 +307,8 @@ class BenchClient:
         resp: httpx.Response | None = None
         slack = min(1.0, self.stall_timeout_s / 4)
         stalled = False
+        if start is not None:
+            await start.wait()
         rec.t_sent = time.perf_counter()
         deadline_first = loop.time() + budget.first_token_s
         deadline_total: float | None = None
@@ -372,7 +376,8 @@ class BenchClient:
             else:
                 try:
                     if resp is not None:
-                        await resp.aclose()
+                        with contextlib.suppress(Exception):  # best effort: the record is what matters
+                            await resp.aclose()
                 finally:
                     self._inflight[shard] -= 1
         self._finish(rec, st)
@@ -383,9 +388,8 @@ class BenchClient:
         closing, self._closing = self._closing, []
         for shard, resp in closing:
             try:
-                await resp.aclose()
-            except httpx.HTTPError:
-                pass
+                with contextlib.suppress(Exception):
+                    await resp.aclose()
             finally:
                 self._inflight[shard] -= 1
 

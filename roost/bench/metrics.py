@@ -24,8 +24,9 @@ name (vllm bench serve)   definition
 ``tpot``                  ``(t_last - t_first) / (completion_tokens - 1)``: time per output
                           token after the first. Needs at least 2 tokens.
 ``itl``                   every gap between consecutive token chunks of a request (a
-                          distribution; a chunk carrying several tokens, e.g. with speculative
-                          decoding, is one gap).
+                          distribution; a chunk carrying several tokens is one gap: speculative
+                          decoding accepts several per step, and vLLM's API server merges the
+                          outputs of steps it has not streamed yet when it falls behind).
 decode tok/s              ``(completion_tokens - 1) / (t_last - t_first)`` = ``1 / tpot``: the
                           per-request (per-user) decode rate the seeds publish.
 ``completion_tokens``     from the server's streamed usage (``stream_options.include_usage``);

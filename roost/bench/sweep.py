@@ -1,7 +1,7 @@
 """The benchmark run: warm-up, the single-stream prompt-length sweep, the concurrency sweep, the knee.
 
-``run_benchmark(base_url, model, settings)`` drives one OpenAI-compatible server with one
-connection pool and returns a :class:`BenchResult`: one :class:`~roost.records.BenchPoint` per
+``run_benchmark(base_url, model, settings)`` drives one OpenAI-compatible server through one
+:class:`~roost.bench.client.BenchClient` (its connection pools live for the whole run) and returns a :class:`BenchResult`: one :class:`~roost.records.BenchPoint` per
 prompt length and per concurrency level, every :class:`~roost.bench.metrics.RequestRecord`
 (warm-up included, marked), the knee, and what went wrong.
 
@@ -15,6 +15,9 @@ Method (the seeds' measurements, automated):
   one repeat: for a prompt length, one request alone; for concurrency ``c``, ``c`` users each
   sending ``requests_per_user`` requests back to back, all started together. Per-request metrics
   pool the repeats; aggregate tok/s is one value per step (median, min, max over the repeats).
+- A step is timed from the moment its users are released together (each has built its request
+  and holds at a gate; connections are opened beforehand, so TTFT holds no TCP set-up) to the last
+  completion; Python's cyclic garbage collector is paused while a step runs.
 - Prompt lengths are clipped to the served window: a length above
   ``max_model_len - output_tokens - window_margin`` is dropped (noted) and ``WINDOW_MAX`` (0)
   stands for that largest admissible prompt. A point the server rejects (HTTP 400) is recorded
@@ -300,6 +303,11 @@ class _Run:
                 f"{display_url(self.client.base_url)} rejected the API key (HTTP {resp.status_code}); "
                 "set VLLM_API_KEY (or --api-key) to the key the server was started with"
             )
+        if resp.status_code in (404, 405):
+            raise UserError(
+                f"{display_url(self.client.base_url)} has no /v1/models (HTTP {resp.status_code}): "
+                "pass the root URL of an OpenAI-compatible server (e.g. http://host:8000)"
+            )
         served: list[dict[str, Any]] = []
         if resp.status_code == 200:
             with contextlib.suppress(ValueError, AttributeError):
@@ -374,6 +382,7 @@ class _Run:
     ) -> Step:
         budget = self.s.budget(target, concurrency)
         per_user = len(prompts) // concurrency
+        go = asyncio.Event()
 
         async def user(u: int) -> list[RequestRecord]:
             out = []
@@ -389,6 +398,7 @@ class _Run:
                         concurrency=concurrency,
                         prompt_tokens_target=target,
                         defer_close=j == per_user - 1,
+                        start=go if j == 0 else None,
                     )
                 )
             return out
@@ -399,9 +409,12 @@ class _Run:
         gc.collect()
         gc.freeze()
         gc.disable()
+        tasks = [asyncio.ensure_future(user(u)) for u in range(concurrency)]
+        await asyncio.sleep(0)  # every user builds its first request and waits at the gate
         t0 = time.perf_counter()
+        go.set()
         try:
-            groups = await asyncio.gather(*(user(u) for u in range(concurrency)))
+            groups = await asyncio.gather(*tasks)
         finally:
             wall = time.perf_counter() - t0
             gc.enable()
@@ -435,7 +448,13 @@ class _Run:
         for i, p in enumerate(prompts):
             st = await self.step("warmup", -1, i, 1, target, [p], {})
             await self.check_alive(st, "warm-up")
-        await self.report(f"warm-up: {self.s.warmup} requests of {target} prompt tokens")
+            (r,) = st.records
+            if r.status_code in (404, 405):
+                raise UserError(
+                    f"{display_url(self.client.base_url)} has no usable /v1/chat/completions ({r.error}); "
+                    "pass the server's root URL (e.g. http://host:8000)"
+                )
+        await self.report(f"warm-up: {self.s.warmup} request{'s' if self.s.warmup > 1 else ''} of {target} prompt tokens")
 
     async def point(self, kind: Literal["prompt_length", "concurrency"], index: int, target: int, concurrency: int) -> None:
         label = f"prompt {target} tok" if kind == "prompt_length" else f"concurrency {concurrency}"

@@ -82,18 +82,18 @@ def bench(
     prompt_lengths: Annotated[
         str | None,
         typer.Option("--prompt-lengths", help="Single-stream sweep, prompt tokens incl. chat template; 'max' = the "
-                     "largest the window admits; '' = no sweep. [default: 512,2048,8192,32768,131072,250000,max]"),
+                     "largest the window admits; '' = no sweep. (default: 512,2048,8192,32768,131072,250000,max)"),
     ] = None,
-    output_tokens: Annotated[int | None, typer.Option("--output-tokens", help="max_tokens per request (ignore_eos). [default: 256]")] = None,
+    output_tokens: Annotated[int | None, typer.Option("--output-tokens", help="max_tokens per request (ignore_eos). (default: 256)")] = None,
     concurrency: Annotated[
-        str | None, typer.Option("--concurrency", help="Concurrency sweep levels; '' = no sweep. [default: 1,16,20,24]")
+        str | None, typer.Option("--concurrency", help="Concurrency sweep levels; '' = no sweep. (default: 1,16,20,24)")
     ] = None,
     max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs", help="The server's --max-num-seqs, added as a level.")] = None,
     concurrency_prompt_tokens: Annotated[
-        int | None, typer.Option("--concurrency-prompt-tokens", help="Prompt tokens in the concurrency sweep. [default: 512]")
+        int | None, typer.Option("--concurrency-prompt-tokens", help="Prompt tokens in the concurrency sweep. (default: 512)")
     ] = None,
-    repeats: Annotated[int | None, typer.Option("--repeats", help="Steps per point (median, min, max). [default: 3]")] = None,
-    warmup: Annotated[int | None, typer.Option("--warmup", help="Unmeasured requests first. [default: 2]")] = None,
+    repeats: Annotated[int | None, typer.Option("--repeats", help="Steps per point (median, min, max). (default: 3)")] = None,
+    warmup: Annotated[int | None, typer.Option("--warmup", help="Unmeasured requests first. (default: 2)")] = None,
     thinking: Annotated[bool, typer.Option("--thinking/--no-thinking", help="chat_template_kwargs.enable_thinking.")] = False,
     max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Served window (default: ask the server).")] = None,
     output: Annotated[Path | None, typer.Option("--output", help="Also write the full result (every request) as JSON here.")] = None,

@@ -643,7 +643,8 @@ def wait_healthy(
                     return HealthWait(healthy=True, seconds=round(time.monotonic() - t0, 3), healthy_seen_at=seen, polls=polls)
             except httpx.HTTPError:
                 pass
-            if polls % container_check_every == 0 and not server.is_running():
+            checked = polls % container_check_every == 0
+            if checked and not server.is_running():
                 return HealthWait(
                     healthy=False,
                     seconds=round(time.monotonic() - t0, 3),
@@ -660,4 +661,5 @@ def wait_healthy(
                     timed_out=True,
                     diagnosis=_diagnose_handle(server, timed_out=True),
                 )
-            time.sleep(poll_s)
+            if not checked:  # the engine call already took time: poll /health again at once
+                time.sleep(poll_s)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from roost.errors import StageFailed
 from roost.serve.base import ServerHandle
@@ -47,6 +47,7 @@ class HealthResult(BaseModel):
     """Seconds from the start of the wait to each step; ``detect_delay_s`` is the poll latency bound."""
 
     health_ok_s: float
+    health_ok_at: float = Field(description="Wall clock (epoch seconds) when roost saw /health 200.")
     models_ok_s: float
     completion_ok_s: float
     detect_delay_s: float
@@ -84,6 +85,7 @@ def wait_until_ready(
     seen: dict[str, float] = {}
     last_reported = ""
     health_ok: float | None = None
+    health_ok_at = 0.0
     models_ok: float | None = None
     prev_poll_end = t0
     detect_delay = 0.0
@@ -111,6 +113,7 @@ def wait_until_ready(
                     r = client.get("/health")
                     if r.status_code == 200:
                         health_ok = time.monotonic() - t0
+                        health_ok_at = time.time()
                         # the 200 happened at most one poll interval (+ the request) ago
                         detect_delay = time.monotonic() - prev_poll_end
                 if health_ok is not None and models_ok is None:
@@ -127,7 +130,7 @@ def wait_until_ready(
                         if on_progress:
                             on_progress("ready", 1.0)
                         return HealthResult(
-                            health_ok_s=health_ok or 0.0, models_ok_s=models_ok,
+                            health_ok_s=health_ok or 0.0, health_ok_at=health_ok_at, models_ok_s=models_ok,
                             completion_ok_s=time.monotonic() - t0, detect_delay_s=detect_delay, polls=polls,
                             milestones=[Milestone(name=k, at_s=v) for k, v in seen.items()],
                         )

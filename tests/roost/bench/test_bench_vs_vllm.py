@@ -1,16 +1,27 @@
 """Against the real vLLM CPU server: roost agrees with ``vllm bench serve`` side by side, its prompts
 land exactly on the target token counts, and the local profile's benchmark runs well under a minute.
 
-The comparison is built to survive timing noise on 2 shared cores: both tools send the same
-workload (chat endpoint, the same prompt length as the server counts it, 64 output tokens,
-ignore_eos, greedy, thinking off, 8 requests at once) in interleaved rounds ordered ABBA so that
-load drifts hit both alike, after a common warm-up; TTFT and TPOT are pooled over every request
-of every round (vLLM's per-request TPOT recomputed from its own saved lists, with its own formula),
-throughput is the median of the per-round figures.
+The comparison is built to survive timing noise on 2 shared cores:
+
+- the same workload for both tools: the chat endpoint, the prompt length vLLM's random dataset
+  really sends (as the server counts it; roost then builds exactly that), 64 output tokens,
+  ignore_eos, greedy, thinking off, 8 requests at once, fresh random prompts every round (a
+  repeated seed would hit vLLM's prefix cache);
+- a common warm-up, then rounds interleaved ABBA (V R R V ...), so slow load drifts hit both;
+- each roost round is paired with the adjacent vLLM round and the statistic is the median over
+  pairs of the ratio of the two rounds' medians (TTFT, TPOT) or throughputs: a burst of other
+  work on the machine moves both rounds of a pair, and a single disturbed pair cannot move the
+  median; pooled medians are reported too;
+- the server and both clients run at a raised priority (nice -10, restored after) where allowed.
+
+vLLM's per-request TPOT is recomputed from its saved lists with its own formula
+(``vllm.benchmarks.serve.calculate_metrics``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -26,10 +37,45 @@ from roost.profiles import LOCAL
 
 pytestmark = pytest.mark.slow
 
-ROUNDS = 6  # ABBA... : V R R V V R R V V R R V
+PAIRS = 10
 USERS = 8
 OUTPUT = 64
 THINKING_OFF = {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+def _server_pgid(base_url: str) -> int | None:
+    """The process group of the vLLM server listening on ``base_url``'s port (found by its argv)."""
+    port = base_url.rsplit(":", 1)[-1]
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (b"vllm.entrypoints.openai.api_server" in argv and b"--port" in argv
+                and argv[argv.index(b"--port") + 1].decode() == port):
+            return os.getpgid(int(d))
+    return None
+
+
+@contextlib.contextmanager
+def _raised_priority(targets: list[tuple[int, int]], nice: int = -10) -> Iterator[None]:
+    """Set (which, who) to ``nice`` for the block, restoring each previous value; skipped where not allowed."""
+    saved = []
+    for which, who in targets:
+        try:
+            before = os.getpriority(which, who)
+            os.setpriority(which, who, nice)
+            saved.append((which, who, before))
+        except OSError:
+            pass
+    try:
+        yield
+    finally:
+        for which, who, before in saved:
+            with contextlib.suppress(OSError):
+                os.setpriority(which, who, before)
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +84,10 @@ def vllm_bench(vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> It
         yield vb
 
 
-def _vllm_round(vb: VllmBenchServe, server: Any, tokenizer: Path, seed: int) -> dict[str, Any]:
+def _vllm_round(vb: VllmBenchServe, server: Any, tokenizer: Path) -> dict[str, Any]:
     argv = vb.chat_args(server.base_url, server.model, tokenizer, input_len=128, output_len=OUTPUT,
-                        num_prompts=USERS, max_concurrency=USERS, extra_body=THINKING_OFF, seed=seed)
+                        num_prompts=USERS, max_concurrency=USERS, extra_body=THINKING_OFF,
+                        seed=int.from_bytes(os.urandom(4), "big"))
     r = vb.run(argv)
     assert r.ok and r.result["failed"] == 0, r.error or r.result.get("errors")
     ttfts, lats, outs = r.result["ttfts"], r.result["latencies"], r.result["output_lens"]
@@ -54,52 +101,65 @@ def _vllm_round(vb: VllmBenchServe, server: Any, tokenizer: Path, seed: int) -> 
     }
 
 
-def _roost_round(server: Any, prompt_tokens: int, seed: int) -> dict[str, Any]:
+def _roost_round(server: Any, prompt_tokens: int) -> dict[str, Any]:
     s = BenchSettings(prompt_lengths=[], concurrency=[USERS], concurrency_prompt_tokens=prompt_tokens,
-                      output_tokens=OUTPUT, repeats=1, warmup=0, metrics_poll_s=0, seed=seed)
+                      output_tokens=OUTPUT, repeats=1, warmup=0, metrics_poll_s=0)
     r = run_benchmark(server.base_url, server.model, s, api_key=server.api_key)
     assert r.status == "completed" and r.points[0].errors == 0, r.errors
     done = [x for x in r.requests if x.ok]
     assert all(x.prompt_tokens == prompt_tokens and x.completion_tokens == OUTPUT for x in done)
+    assert r.points[0].metrics_delta.get("prefix_cache_hits") == 0
     return {
         "ttft": [M.ttft(x) for x in done],
         "tpot": [M.tpot(x) for x in done],
         "throughput": r.points[0].output_tok_s,
-        "usage_missing": sum(x.usage_missing for x in done),
     }
 
 
 def test_roost_agrees_with_vllm_bench_serve_within_5_percent(
     vllm_server: Any, vllm_bench: VllmBenchServe, tiny_model: Path
 ) -> None:
-    # common warm-up, then learn the prompt size vLLM's random dataset really sends (as the server counts it)
-    first = _vllm_round(vllm_bench, vllm_server, tiny_model, seed=100)
-    _roost_round(vllm_server, 128, seed=100)
-    prompt_tokens = round(statistics.median(first["input_lens"]))
-    assert set(first["output_lens"]) == {OUTPUT}
+    targets = [(os.PRIO_PROCESS, 0), (os.PRIO_PROCESS, vllm_bench.proc.pid)]
+    pgid = _server_pgid(vllm_server.base_url)
+    if pgid is not None:
+        targets.append((os.PRIO_PGRP, pgid))
+    with _raised_priority(targets):
+        # common warm-up; learn the prompt size vLLM's random dataset really sends (as the server counts it)
+        first = _vllm_round(vllm_bench, vllm_server, tiny_model)
+        _roost_round(vllm_server, 128)
+        prompt_tokens = round(statistics.median(first["input_lens"]))
+        assert set(first["output_lens"]) == {OUTPUT}
+        rounds: list[tuple[str, dict[str, Any]]] = []
+        for who in "VRRV" * (PAIRS // 2):
+            if who == "V":
+                rounds.append(("V", _vllm_round(vllm_bench, vllm_server, tiny_model)))
+            else:
+                rounds.append(("R", _roost_round(vllm_server, prompt_tokens)))
 
-    vllm: list[dict[str, Any]] = []
-    roost: list[dict[str, Any]] = []
-    order = "VRRV" * (ROUNDS // 2)
-    for i, who in enumerate(order):
-        if who == "V":
-            vllm.append(_vllm_round(vllm_bench, vllm_server, tiny_model, seed=i))
-        else:
-            roost.append(_roost_round(vllm_server, prompt_tokens, seed=i))
+    pairs = [(a, b) if wa == "R" else (b, a) for (wa, a), (_, b) in zip(rounds[::2], rounds[1::2], strict=True)]
+    roost = [r for r, _ in pairs]
+    vllm = [v for _, v in pairs]
 
-    def pooled(rounds: list[dict[str, Any]], key: str) -> float:
-        return statistics.median(v for r in rounds for v in r[key])
+    def paired(key: str) -> float:
+        if key == "throughput":
+            return statistics.median(r[key] / v[key] for r, v in pairs)
+        return statistics.median(statistics.median(r[key]) / statistics.median(v[key]) for r, v in pairs)
 
-    rows = {
-        "median TTFT (s)": (pooled(roost, "ttft"), pooled(vllm, "ttft")),
-        "median TPOT (s)": (pooled(roost, "tpot"), pooled(vllm, "tpot")),
-        "output throughput (tok/s)": (statistics.median(r["throughput"] for r in roost),
-                                      statistics.median(r["throughput"] for r in vllm)),
-    }
-    report = "\n".join(f"{k:<28} roost {a:10.4f}  vllm {b:10.4f}  ratio {a / b:.3f}" for k, (a, b) in rows.items())
-    print(f"\nprompt {prompt_tokens} tokens, {OUTPUT} output, {USERS} users, {ROUNDS} rounds each\n{report}")
-    for name, (ours, theirs) in rows.items():
-        assert abs(ours / theirs - 1) < 0.05, f"{name}: roost {ours:.4f} vs vllm bench serve {theirs:.4f}\n{report}"
+    def pooled(rs: list[dict[str, Any]], key: str) -> float:
+        if key == "throughput":
+            return statistics.median(r[key] for r in rs)
+        return statistics.median(x for r in rs for x in r[key])
+
+    names = {"ttft": "median TTFT (s)", "tpot": "median TPOT (s)", "throughput": "output throughput (tok/s)"}
+    lines = [f"prompt {prompt_tokens} tokens, {OUTPUT} output, {USERS} users, {PAIRS} pairs of rounds (ABBA)",
+             f"{'':<26} {'roost':>10} {'vllm':>10} {'pooled ratio':>12} {'paired ratio':>12}"]
+    for key, name in names.items():
+        a, b = pooled(roost, key), pooled(vllm, key)
+        lines.append(f"{name:<26} {a:10.4f} {b:10.4f} {a / b:12.3f} {paired(key):12.3f}")
+    report = "\n".join(lines)
+    print("\n" + report)
+    for key, name in names.items():
+        assert abs(paired(key) - 1) < 0.05, f"{name} differs by more than 5%\n{report}"
 
 
 def test_prompts_are_exact_and_the_local_profile_runs_in_well_under_a_minute(vllm_server: Any) -> None:

@@ -1,0 +1,112 @@
+"""The benchmark task on a real Prefect server, against the synthetic streaming server.
+
+Checks what the flow gets back, the progress and table artifacts, the log lines, that the API key
+appears nowhere in them, and that a server dying mid-run fails the task with the rows measured.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+REPO = Path(__file__).resolve().parents[2]
+SYNTHETIC = REPO / "tests" / "roost" / "bench" / "synthetic_server.py"
+KEY = "bench-task-key-" + os.urandom(4).hex()
+
+
+@pytest.fixture
+def synthetic_url() -> Iterator[str]:
+    proc = subprocess.Popen([sys.executable, str(SYNTHETIC), "--port", "0", "--tokens-per-s", "200", "--ttft-s", "0.01"],
+                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, SYNTHETIC_API_KEY=KEY))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("READY "), line
+    try:
+        yield f"http://127.0.0.1:{line.split()[1]}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_benchmark_task_reports_progress_and_points(prefect_api: str, synthetic_url: str) -> None:
+    import asyncio
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+    from prefect.context import get_run_context
+
+    from roost.bench.sweep import BenchResult
+    from tasks.benchmark import benchmark_task
+
+    settings = {"prompt_lengths": [64, 256], "output_tokens": 32, "concurrency": [1, 4], "repeats": 2, "warmup": 1}
+
+    @flow
+    def bench_flow(url: str) -> tuple[BenchResult, str]:
+        ctx = get_run_context()
+        result = benchmark_task(url, "synthetic", settings, SecretStr(KEY))
+        return result, str(ctx.flow_run.id)  # type: ignore[union-attr]
+
+    result, run_id = bench_flow(synthetic_url)
+    assert result.status == "completed"
+    assert [(p.kind, p.prompt_tokens, p.concurrency) for p in result.points] == [
+        ("prompt_length", 64, 1), ("prompt_length", 256, 1), ("concurrency", 512, 1), ("concurrency", 512, 4)]
+    assert result.knee is not None
+
+    async def fetch() -> tuple[list[Any], list[Any]]:
+        async with get_client() as client:
+            arts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+            logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
+            return arts, logs
+
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # the log lines still queued for the API
+    arts, logs = asyncio.run(fetch())
+    progress = [a for a in arts if a.type == "progress"]
+    assert progress and progress[0].data == 100.0
+    tables = [a for a in arts if a.type == "table"]
+    assert tables and tables[0].key == "roost-benchmark-points"
+    messages = [entry.message for entry in logs]
+    assert any("decode" in m and "tok/s" in m for m in messages), messages
+    assert any(m.startswith("knee:") for m in messages)
+    everything = " ".join(messages) + " ".join(str(a.data) + str(a.description) for a in arts)
+    assert KEY not in everything
+
+
+@pytest.mark.slow
+def test_a_dead_server_fails_the_task_with_what_was_measured(prefect_api: str, synthetic_url: str) -> None:
+    import httpx
+    from prefect import flow
+
+    from roost.bench.sweep import BenchFailed, BenchResult
+    from tasks.benchmark import benchmark_task
+
+    httpx.post(f"{synthetic_url}/_control", json={"faults": ["ok", "ok", "die"]}, timeout=10).raise_for_status()
+
+    @flow
+    def bench_flow(url: str) -> BenchResult:
+        try:
+            benchmark_task(url, "synthetic", {"prompt_lengths": [64, 128], "output_tokens": 16, "concurrency": [],
+                                              "repeats": 1, "warmup": 1, "ttft_timeout_base_s": 5.0}, KEY)
+        except BenchFailed as exc:
+            return exc.result
+        raise AssertionError("the benchmark of a dead server did not fail")
+
+    partial = bench_flow(synthetic_url)
+    assert partial.status == "failed" and "stopped answering" in partial.errors[0]
+    assert [p.prompt_tokens for p in partial.points] == [64, 128]
+    assert partial.points[0].errors == 0 and partial.points[1].errors == 1
