@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import cast
+from uuid import UUID
+
 from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
@@ -15,7 +18,8 @@ from roost.serve.health import HealthResult, wait_until_ready
 @task(name="health-wait", cache_policy=NO_CACHE, persist_result=False)
 def health_wait_task(server: ServerHandle, api_key: SecretStr, timeout_s: float) -> HealthResult:
     logger = get_run_logger()
-    artifact_id = create_progress_artifact(progress=0.0, description=f"cold load of {server.served_model_name}")
+    artifact_id = cast(UUID, create_progress_artifact(progress=0.0,
+                                                      description=f"cold load of {server.served_model_name}"))
 
     def on_progress(milestone: str, fraction: float) -> None:
         logger.info("cold load: %s (%.0f%%)", milestone, 100 * fraction)

@@ -84,7 +84,7 @@ def _flush_prefect_logs() -> None:
         from prefect.logging.handlers import APILogHandler
 
         APILogHandler.flush()
-    except Exception:  # noqa: BLE001 - best effort at teardown
+    except Exception:  # best effort at teardown
         pass
 
 

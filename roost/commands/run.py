@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -48,16 +48,16 @@ def run(
     typer.echo(_summary(record))
 
 
-def _summary(record: dict[str, object]) -> str:
-    lines = [f"roost: landed {record['meta']['repo_id']}@{str(record['meta']['commit'])[:12]}"  # type: ignore[index]
-             f" on {record['meta']['host']}"]  # type: ignore[index]
-    for p in record.get("points", []):  # type: ignore[union-attr]
+def _summary(record: dict[str, Any]) -> str:
+    meta = record["meta"]
+    lines = [f"roost: landed {meta['repo_id']}@{str(meta['commit'])[:12]} on {meta['host']}"]
+    for p in record.get("points", []):
         lines.append(
             f"  {p['kind']:<13} prompt {p['prompt_tokens']:>6} x{p['concurrency']:<3} "
             f"TTFT {_fmt(p.get('ttft_s_median'), 's', 3)}  decode {_fmt(p.get('decode_tok_s_median'), 'tok/s', 1)}"
             f"  aggregate {_fmt(p.get('output_tok_s'), 'tok/s', 1)}"
         )
-    for s in record.get("stages", []):  # type: ignore[union-attr]
+    for s in record.get("stages", []):
         lines.append(f"  stage {s['stage']:<12} {s['seconds']:7.1f} s  {s['status']}{' (cached)' if s['cached'] else ''}")
     lines.append(f"report: {record['report_path']}")
     return "\n".join(lines)

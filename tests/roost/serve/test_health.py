@@ -57,7 +57,7 @@ def test_dead_server_fails_at_once_with_its_exit_code(tmp_path: Path) -> None:
 def test_timeout_is_its_own_class(tmp_path: Path) -> None:
     proc = _Proc([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path)
     try:
-        with pytest.raises(HealthTimeout, match="not ready after 1 s .last milestone: engine starting"):
+        with pytest.raises(HealthTimeout, match=r"not ready after 1 s \(last milestone: engine starting\)"):
             wait_until_ready(proc, api_key=None, timeout_s=1)
     finally:
         proc.stop()

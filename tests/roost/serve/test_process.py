@@ -36,7 +36,7 @@ def test_port_in_use_is_a_user_error(tmp_path: Path, tiny_model: Path) -> None:
 
 
 def test_missing_checkpoint_is_a_user_error(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="no config.json"):
+    with pytest.raises(UserError, match=r"no config\.json"):
         start_process_server(ServeSpec(model_dir=tmp_path, served_model_name="m", port=1))
 
 
