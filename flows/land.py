@@ -144,7 +144,8 @@ def land(
         # 6. benchmark
         with _stage(record, "benchmark"):
             try:
-                bench = benchmark_task(server.base_url, prof.served_model_name, prof.bench, api_key)
+                bench_settings = {**({"max_num_seqs": prof.max_num_seqs} if prof.max_num_seqs else {}), **prof.bench}
+                bench = benchmark_task(server.base_url, prof.served_model_name, bench_settings, api_key)
             except BenchFailed as exc:  # the server died mid-sweep: keep every row measured before
                 record.points = exc.result.points
                 append_requests(record.meta, exc.result.request_rows())

@@ -83,7 +83,7 @@ def _flush_prefect_logs() -> None:
     try:
         from prefect.logging.handlers import APILogHandler
 
-        APILogHandler.flush()
+        APILogHandler().flush()
     except Exception:  # best effort at teardown
         pass
 

@@ -37,7 +37,7 @@ from roost.profiles import LOCAL
 
 pytestmark = pytest.mark.slow
 
-PAIRS = 10
+PAIRS = 14
 USERS = 8
 OUTPUT = 64
 THINKING_OFF = {"chat_template_kwargs": {"enable_thinking": False}}
