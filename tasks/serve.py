@@ -71,7 +71,8 @@ def host_slot(host_name: str, *, timeout_s: float | None = None) -> Iterator[Non
     """
     from prefect.concurrency.sync import concurrency
 
-    with concurrency(host_limit_name(host_name), occupy=1, strict=True, timeout_seconds=timeout_s):
+    # A 60 s lease (renewed while held): a crashed holder frees the host a minute later, not five.
+    with concurrency(host_limit_name(host_name), occupy=1, strict=True, timeout_seconds=timeout_s, lease_duration=60):
         yield
 
 

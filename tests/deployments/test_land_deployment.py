@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import Worker, run_setup, wait_final
+from roost_workers import Worker, run_setup, wait_final
 
 from roost.profiles import LOCAL
 from roost.serve.discover import ServingServer, process_servers

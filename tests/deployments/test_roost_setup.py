@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import BIN, POOL, REPO, run_setup
+from roost_workers import BIN, POOL, REPO, run_setup
 
 pytestmark = pytest.mark.slow
 
@@ -44,18 +44,27 @@ def test_second_run_changes_nothing(roost_setup: tuple[dict[str, Any], dict[str,
 
 
 def _server_stamps() -> dict[str, Any]:
+    """What roost setup could write, as the server holds it. Objects the server's own services touch
+    (worker polls and the foreman bump pools', queues' and deployments' ``updated``; slots move a
+    limit's) are compared by content and id; block documents and automations by ``updated`` too."""
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        stamps: dict[str, Any] = {"pool": client.read_work_pool(POOL).updated}
+        pool = client.read_work_pool(POOL)
+        stamps: dict[str, Any] = {"pool": (pool.id, pool.type, pool.description, pool.base_job_template)}
         for h in ("spark", "cpu"):
-            stamps[f"queue/{h}"] = client.read_work_queue_by_name(h, work_pool_name=POOL).updated
-            stamps[f"limit/{h}"] = client.read_global_concurrency_limit_by_name(f"roost-serve-{h}").updated
+            q = client.read_work_queue_by_name(h, work_pool_name=POOL)
+            stamps[f"queue/{h}"] = (q.id, q.description, q.priority, q.concurrency_limit)
+            lim = client.read_global_concurrency_limit_by_name(f"roost-serve-{h}")
+            stamps[f"limit/{h}"] = (lim.id, lim.limit, lim.active)
             for f in ("land", "rebenchmark", "audit"):
                 d = client.read_deployment_by_name(f"{f}/{h}")
-                stamps[f"{f}/{h}"] = (d.updated, [s.id for s in d.schedules])
+                stamps[f"{f}/{h}"] = (d.id, d.version, d.parameters, d.parameter_openapi_schema, d.pull_steps,
+                                      d.job_variables, d.tags, d.description, d.work_queue_name,
+                                      [(s.id, s.schedule, s.active) for s in d.schedules])
         stamps["automation"] = [a.model_dump(mode="json") for a in client.read_automations_by_name("roost-crash-zombie-runs")]
-        stamps["blocks"] = sorted((d.name, str(d.updated)) for d in client.read_block_documents_by_type("model-profile"))
+        stamps["blocks"] = sorted((d.name, str(d.updated)) for slug in ("model-profile", "spark-host")
+                                  for d in client.read_block_documents_by_type(slug))
     return stamps
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import Worker, wait_final
+from roost_workers import Worker, wait_final
 
 pytestmark = pytest.mark.slow
 
