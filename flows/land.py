@@ -75,15 +75,10 @@ def land(
     notify: bool = True,
 ) -> dict[str, Any]:
     """Land ``profile`` on ``host`` and measure it. Returns the run record (as JSON-able dict)."""
-    from roost.bench.sweep import BenchFailed
-    from roost.store import append_requests
     from tasks.audit import audit_task, plan_task
-    from tasks.benchmark import benchmark_task
     from tasks.download import download_task
     from tasks.health import health_wait_task
     from tasks.local_hub import local_hub_task
-    from tasks.notify import notify_task
-    from tasks.report import report_task
     from tasks.serve import ensure_host_limit, host_slot
 
     logger = get_run_logger()
@@ -142,16 +137,7 @@ def land(
         server = _serve_until_healthy(record, spec, host_p, prof, api_key, start, health_wait_task)
 
         # 6. benchmark
-        with _stage(record, "benchmark"):
-            try:
-                bench_settings = {**({"max_num_seqs": prof.max_num_seqs} if prof.max_num_seqs else {}), **prof.bench}
-                bench = benchmark_task(server.base_url, prof.served_model_name, bench_settings, api_key)
-            except BenchFailed as exc:  # the server died mid-sweep: keep every row measured before
-                record.points = exc.result.points
-                append_requests(record.meta, exc.result.request_rows())
-                raise
-            record.points = bench.points
-            append_requests(record.meta, bench.request_rows())
+        benchmark_stage(record, server.base_url, prof, api_key)
     except RoostError as exc:
         logger.error("run failed at %s: %s", record.failed_stage or "setup", exc)
     finally:
@@ -162,14 +148,46 @@ def land(
         if mirror is not None:
             mirror.stop()
         # 7. report (failed runs too) and notify
-        with _stage(record, "report"):
-            report = report_task(record)
-            record.report_path = str(report.markdown or "")
-        if notify:
-            notify_task(record, report)
+        report_and_notify(record, notify)
+    return finish(record, "land")
+
+
+def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, api_key: SecretStr) -> None:
+    """Benchmark the server into ``record.points`` and store one row per request; a sweep cut short
+    by a dead server keeps (and stores) every row it measured before failing the stage."""
+    from roost.bench.sweep import BenchFailed
+    from roost.store import append_requests
+    from tasks.benchmark import benchmark_task
+
+    with _stage(record, "benchmark"):
+        settings = {**({"max_num_seqs": prof.max_num_seqs} if prof.max_num_seqs else {}), **prof.bench}
+        try:
+            bench = benchmark_task(base_url, prof.served_model_name, settings, api_key)
+        except BenchFailed as exc:
+            record.points = exc.result.points
+            append_requests(record.meta, exc.result.request_rows())
+            raise
+        record.points = bench.points
+        append_requests(record.meta, bench.request_rows())
+
+
+def report_and_notify(record: RunRecord, notify: bool) -> None:
+    """The report stage (store, compare with the baseline, files, artifacts) and the Slack message."""
+    from tasks.notify import notify_task
+    from tasks.report import report_task
+
+    with _stage(record, "report"):
+        report = report_task(record)
+        record.report_path = str(report.markdown or "")
+    if notify:
+        notify_task(record, report)
+
+
+def finish(record: RunRecord, flow_name: str) -> dict[str, Any]:
+    """Fail the flow run when the run failed; else log where the report is and return the record."""
     if record.status == "failed":
-        raise StageFailed(record.failed_stage or "land", record.failure_message)
-    logger.info("report: %s", record.report_path)
+        raise StageFailed(record.failed_stage or flow_name, record.failure_message)
+    get_run_logger().info("report: %s", record.report_path)
     return record.model_dump(mode="json")
 
 

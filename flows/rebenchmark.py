@@ -68,10 +68,7 @@ def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = Tr
 def _benchmark_serving(found: list[ServingServer], host_p: HostProfile, profile: str | None,
                        notify: bool) -> dict[str, Any]:
     """Benchmark the newest of ``found``, report and notify like ``land`` does."""
-    from flows.land import _stage
-    from tasks.benchmark import benchmark_task
-    from tasks.notify import notify_task
-    from tasks.report import report_task
+    from flows.land import benchmark_stage, finish, report_and_notify
 
     logger = get_run_logger()
     if len(found) > 1:
@@ -84,21 +81,13 @@ def _benchmark_serving(found: list[ServingServer], host_p: HostProfile, profile:
     record.stages.append(StageTiming(stage="serve", seconds=0.0, status="skipped",
                                      note=f"{note} ({f'pid {server.pid}' if server.pid else server.container})"))
     try:
-        with _stage(record, "benchmark"):
-            bench = benchmark_task(server.base_url, server.served_model_name, prof.bench, api_key)
-            record.points = bench.points
+        benchmark_stage(record, server.base_url, prof.model_copy(update={"served_model_name": server.served_model_name}),
+                        api_key)
     except RoostError as exc:
         logger.error("rebenchmark failed at %s: %s", record.failed_stage or "setup", exc)
     finally:
-        with _stage(record, "report"):
-            report = report_task(record)
-            record.report_path = str(report.markdown or "")
-        if notify:
-            notify_task(record, report)
-    if record.status == "failed":
-        raise StageFailed(record.failed_stage or "rebenchmark", record.failure_message)
-    logger.info("report: %s", record.report_path)
-    return record.model_dump(mode="json")
+        report_and_notify(record, notify)
+    return finish(record, "rebenchmark")
 
 
 def _default_profile(host_name: str) -> str:
