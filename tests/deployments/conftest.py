@@ -38,8 +38,28 @@ def start_worker(prefect_api: str, session_dir: Path) -> Iterator[Callable[[str,
 
 @pytest.fixture(scope="session")
 def roost_setup(prefect_api: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``roost setup`` run twice against the session's server (the reports of both runs)."""
+    """``roost setup`` run twice against the session's server (the reports of both runs).
+
+    Earlier tests in the session (tests/blocks) may have registered roost's block types on the shared
+    server; they are removed first so that the first run starts from a server roost never touched."""
+    _forget_roost_block_types()
     return run_setup(), run_setup()
+
+
+def _forget_roost_block_types() -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        for slug in ("spark-host", "model-profile"):
+            try:
+                block_type = client.read_block_type_by_slug(slug)
+            except ObjectNotFound:
+                continue
+            for doc in client.read_block_documents_by_type(slug):
+                assert doc.id is not None
+                client.delete_block_document(doc.id)
+            client.delete_block_type(block_type.id)
 
 
 @pytest.fixture(scope="session")
