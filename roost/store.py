@@ -4,6 +4,7 @@ Layout under the root (``roost.settings.results_dir()`` unless a root is passed)
 
     runs/model=<slug>/host=<host>/<run_id>.parquet            one row per run (metadata + headline)
     points/model=<slug>/host=<host>/<run_id>.parquet          one row per BenchPoint, with run columns
+    requests/model=<slug>/host=<host>/<run_id>.parquet        one row per benchmark request (timings, tokens, errors)
     notifications/model=<slug>/host=<host>/<run_id>-<n>.parquet  one row per notification attempt
     records/model=<slug>/host=<host>/<run_id>.json            the full RunRecord, for reports
     reports/model=<slug>/host=<host>/<run_id>/                the rendered report (see roost.report)

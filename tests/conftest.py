@@ -36,6 +36,19 @@ def session_dir() -> Path:
     return _SESSION_DIR
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _stop_temporary_prefect_servers() -> Iterator[None]:
+    """Stop the temporary Prefect servers tests started (flows run without PREFECT_API_URL) at the
+    end of the session, while pytest's output is still open; Prefect's own atexit hook would log
+    to a closed stream."""
+    yield
+    if "prefect.server.api.server" in sys.modules:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        for server in list(SubprocessASGIServer._instances.values()):
+            server.stop()
+
+
 @pytest.fixture(scope="session")
 def prefect_api(session_dir: Path) -> Iterator[str]:
     """A real ``prefect server start`` on loopback (SQLite in the session dir); sets PREFECT_API_URL."""

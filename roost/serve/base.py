@@ -7,6 +7,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from roost.errors import UserError
+
 
 class ServeSpec(BaseModel):
     """How to start one vLLM server. Backend-independent; the backend decides how to run it."""
@@ -18,6 +20,19 @@ class ServeSpec(BaseModel):
     vllm_args: list[str] = Field(default_factory=list, description="Extra vLLM CLI args from the plan and overrides.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment; never put secrets here.")
     log_path: Path | None = None
+
+    def server_args(self) -> list[str]:
+        """``--served-model-name`` (unless the plan's args already name it: they must agree) and ``vllm_args``."""
+        args = list(self.vllm_args)
+        named = [args[i + 1] if i + 1 < len(args) else "" for i, a in enumerate(args) if a == "--served-model-name"]
+        for other in named:
+            if other != self.served_model_name:
+                raise UserError(
+                    f"vLLM arguments serve the model as {other!r} but roost serves and benchmarks it as "
+                    f"{self.served_model_name!r}: drop --served-model-name from the overrides, or set the "
+                    "profile's served name instead"
+                )
+        return args if named else ["--served-model-name", self.served_model_name, *args]
 
 
 class ServerHandle(Protocol):

@@ -506,10 +506,9 @@ def docker_run_kwargs(
     command = [
         "python3", "-m", "vllm.entrypoints.openai.api_server",
         "--model", MODEL_MOUNT,
-        "--served-model-name", spec.served_model_name,
         "--host", "0.0.0.0",
         "--port", str(spec.port),
-        *spec.vllm_args,
+        *spec.server_args(),
     ]  # fmt: skip
     kwargs: dict[str, Any] = {
         "image": image,

@@ -40,10 +40,9 @@ def vllm_command(spec: ServeSpec, python: Path) -> list[str]:
     return [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(spec.model_dir),
-        "--served-model-name", spec.served_model_name,
         "--host", spec.host,
         "--port", str(spec.port),
-        *spec.vllm_args,
+        *spec.server_args(),
     ]
 
 

@@ -7,32 +7,23 @@ appears nowhere in them, and that a server dying mid-run fails the task with the
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_synthetic import start_synthetic
 from pydantic import SecretStr
 
-REPO = Path(__file__).resolve().parents[2]
-SYNTHETIC = REPO / "tests" / "roost" / "bench" / "synthetic_server.py"
 KEY = "bench-task-key-" + os.urandom(4).hex()
 
 
 @pytest.fixture
 def synthetic_url() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, str(SYNTHETIC), "--port", "0", "--tokens-per-s", "200", "--ttft-s", "0.01"],
-                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, SYNTHETIC_API_KEY=KEY))
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.startswith("READY "), line
+    syn = start_synthetic("--tokens-per-s", "200", "--ttft-s", "0.01", api_key=KEY)
     try:
-        yield f"http://127.0.0.1:{line.split()[1]}"
+        yield syn.base_url
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        syn.stop()
 
 
 @pytest.mark.slow

@@ -12,29 +12,23 @@ from pathlib import Path
 
 import httpx
 import pytest
+from bench_synthetic import start_synthetic
 
 from roost.commands.bench import parse_int_list
 from roost.errors import UserError
 from roost.net import free_port
 
 ROOST = str(Path(sys.executable).parent / "roost")
-SYNTHETIC = Path(__file__).resolve().parents[1] / "bench" / "synthetic_server.py"
 KEY = "cli-bench-key-" + os.urandom(4).hex()
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, str(SYNTHETIC), "--port", "0", "--tokens-per-s", "300", "--ttft-s", "0.01",
-                             "--max-model-len", "2048"],
-                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, SYNTHETIC_API_KEY=KEY))
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.startswith("READY "), line
+    syn = start_synthetic("--tokens-per-s", "300", "--ttft-s", "0.01", "--max-model-len", "2048", api_key=KEY)
     try:
-        yield f"http://127.0.0.1:{line.split()[1]}"
+        yield syn.base_url
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        syn.stop()
 
 
 def roost_bench(*args: str, key: str | None = KEY) -> subprocess.CompletedProcess[str]:

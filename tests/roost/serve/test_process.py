@@ -23,6 +23,21 @@ def test_vllm_command_never_carries_the_api_key(tmp_path: Path) -> None:
     assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert argv[-2:] == ["--max-model-len", "2048"]
     assert "--api-key" not in argv
+    assert argv.count("--served-model-name") == 1 and argv[argv.index("--served-model-name") + 1] == "m"
+
+
+def test_the_served_name_is_passed_once_when_the_plan_already_names_it(tmp_path: Path) -> None:
+    plan_args = ["--served-model-name", "m", "--max-model-len", "2048"]
+    spec = ServeSpec(model_dir=tmp_path, served_model_name="m", port=8123, vllm_args=plan_args)
+    argv = vllm_command(spec, Path("/venv/bin/python"))
+    assert argv.count("--served-model-name") == 1 and argv[-4:] == plan_args
+
+
+def test_an_override_serving_another_name_is_a_user_error(tmp_path: Path) -> None:
+    spec = ServeSpec(model_dir=tmp_path, served_model_name="m", port=8123,
+                     vllm_args=["--served-model-name", "m", "--served-model-name", "other"])
+    with pytest.raises(UserError, match=r"'other'.*'m'"):
+        vllm_command(spec, Path("/venv/bin/python"))
 
 
 def test_port_in_use_is_a_user_error(tmp_path: Path, tiny_model: Path) -> None:

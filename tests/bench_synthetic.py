@@ -1,4 +1,4 @@
-"""The synthetic streaming server (``synthetic_server.py``) as a subprocess, and its control calls."""
+"""The synthetic streaming server (``tests/roost/bench/synthetic_server.py``) as a subprocess, and its control calls."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-SYNTHETIC = Path(__file__).with_name("synthetic_server.py")
+SYNTHETIC = Path(__file__).resolve().parent / "roost" / "bench" / "synthetic_server.py"
 
 
 class Synthetic:

@@ -1,0 +1,85 @@
+"""roost's benchmark against ``vllm bench serve`` on a real vLLM CPU server (target: within 5%).
+
+Generates the demo checkpoint, serves it with vLLM CPU (roost's process backend), then runs both
+tools side by side on the same workload, rounds interleaved ABBA (``roost/bench/agreement.py``
+says how and why), and prints median TTFT, TPOT and output throughput of each tool with their
+pooled and paired ratios, plus each client's CPU time per streamed token. Each ``--users`` level
+is one table.
+
+    .venv/bin/python benchmarks/bench_vs_vllm.py [--users 1,8] [--pairs 10] [--output 64] [--free]
+
+By default both clients run on the CPUs vLLM's worker is not bound to, at nice -10 with the server
+(``quiet_clients``), as the agreement test does; ``--free`` leaves the scheduler to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from roost.bench.agreement import Workload, quiet_clients, side_by_side  # noqa: E402
+from roost.bench.reference import VllmBenchServe  # noqa: E402
+from roost.demo.model import generate_tiny_model  # noqa: E402
+from roost.net import free_port  # noqa: E402
+from roost.serve.base import ServeSpec  # noqa: E402
+from roost.serve.health import wait_until_ready  # noqa: E402
+from roost.serve.process import start_process_server  # noqa: E402
+
+TARGET = 0.05
+
+
+def _progress(users: int) -> Callable[[int, int], None]:
+    def report(done: int, total: int) -> None:
+        print(f"  {users} users: round {done}/{total}", file=sys.stderr)
+
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--users", default="1,8", help="concurrent requests per round, comma-separated levels")
+    ap.add_argument("--pairs", type=int, default=10, help="pairs of rounds per level (even: ABBA)")
+    ap.add_argument("--output", type=int, default=64, help="output tokens per request")
+    ap.add_argument("--input", type=int, default=128, help="vllm bench serve's --random-input-len")
+    ap.add_argument("--free", action="store_true",
+                    help="leave the clients unpinned and unprioritized (by default: roost.bench.agreement.quiet_clients)")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-vs-vllm-"))
+    model = generate_tiny_model(work / "tiny", seed=0)
+    key = "bench-" + os.urandom(6).hex()
+    spec = ServeSpec(model_dir=model, served_model_name="tiny", port=free_port(),
+                     vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048"], log_path=work / "vllm.log")
+    print(f"serving the demo model with vLLM CPU (log: {spec.log_path}) ...", file=sys.stderr)
+    server = start_process_server(spec, api_key=key, host_name="bench")
+    tables = []
+    try:
+        wait_until_ready(server, api_key=key, timeout_s=900)
+        with VllmBenchServe(api_key=key, result_dir=work / "vllm-bench") as vb:
+            for users in [int(x) for x in args.users.split(",")]:
+                w = Workload(base_url=server.base_url, model="tiny", api_key=key,
+                             tokenizer=model, input_len=args.input, output_len=args.output, users=users)
+                with contextlib.ExitStack() as stack:
+                    if not args.free:
+                        pinned = stack.enter_context(quiet_clients(server.base_url, [0, vb.proc.pid]))
+                        print(f"clients pinned to CPUs {sorted(pinned) if pinned else 'none'}", file=sys.stderr)
+                    agreement, _ = side_by_side(vb, w, pairs=args.pairs, on_round=_progress(users))
+                verdict = "met" if agreement.worst() < TARGET else "MISSED"
+                tables.append(f"{agreement.table()}\nworst paired deviation {100 * agreement.worst():.1f}% "
+                              f"(target {100 * TARGET:.0f}%: {verdict})")
+    finally:
+        server.stop()
+    print()
+    print("\n\n".join(tables))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The side-by-side arithmetic of ``roost/bench/agreement.py`` and its CPU placement helper."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roost.bench.agreement import Round, Workload, compare, side_by_side, worker_cpus
+
+
+def _round(tool: str, ttft: float, tpot: float, thr: float, cpu: float = 0.0) -> Round:
+    return Round(tool=tool, ttft=[ttft, ttft * 3, ttft * 2], tpot=[tpot] * 3, throughput=thr,  # type: ignore[arg-type]
+                 output_lens=[10, 10, 10], cpu_s=cpu)
+
+
+def test_paired_ratio_is_the_median_over_pairs_of_round_ratios() -> None:
+    pairs = [
+        (_round("roost", 1.0, 0.010, 100, cpu=0.003), _round("vllm", 1.0, 0.010, 100, cpu=0.0015)),
+        (_round("roost", 2.2, 0.022, 44), _round("vllm", 2.0, 0.020, 40)),  # a slow pair: both moved
+        (_round("roost", 1.0, 0.010, 100), _round("vllm", 1.0, 0.010, 100)),
+    ]
+    a = compare(pairs, prompt_tokens=128, output_tokens=10, users=3)
+    rows = {r.key: r for r in a.rows}
+    assert rows["ttft"].paired_ratio == pytest.approx(1.0)  # medians 2.0/2.0, 4.4/4.0, 2.0/2.0 -> median 1.0
+    assert rows["tpot"].pooled_ratio == pytest.approx(1.0)
+    assert rows["throughput"].roost == 100 and rows["throughput"].paired_ratio == pytest.approx(1.0)
+    assert a.worst() == pytest.approx(0.0)
+    assert a.roost_cpu_us_per_token == pytest.approx(1e6 * 0.003 / 90)
+    assert a.vllm_cpu_us_per_token == pytest.approx(1e6 * 0.0015 / 90)
+    table = a.table()
+    assert "median TPOT (s)" in table and "paired ratio" in table and "3 pairs" in table
+
+
+def test_a_systematic_difference_shows_in_worst() -> None:
+    pairs = [(_round("roost", 1.0, 0.0106, 95), _round("vllm", 1.0, 0.010, 100))] * 4
+    a = compare(pairs, prompt_tokens=128, output_tokens=10, users=3)
+    assert a.worst() == pytest.approx(0.06)
+
+
+def test_side_by_side_needs_an_even_number_of_pairs(tmp_path: Path) -> None:
+    w = Workload(base_url="http://127.0.0.1:9", model="m", tokenizer=tmp_path)
+    with pytest.raises(ValueError, match="even"):
+        side_by_side(None, w, pairs=3)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to bind one")
+def test_worker_cpus_finds_threads_bound_to_fewer_than_all_cpus() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    free = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert worker_cpus([proc.pid]) == {cpu}
+        assert worker_cpus([free.pid]) == set()
+    finally:
+        for p in (proc, free):
+            p.kill()
+            p.wait()
