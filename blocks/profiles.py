@@ -49,6 +49,14 @@ class ModelProfileBlock(Block):
     bench: dict[str, Any] = Field(default_factory=dict, description="Benchmark settings (prompt lengths, concurrency...).")
     health_timeout_s: float | None = Field(default=None, description="None: the host's timeout.")
     demo: bool = Field(default=False, description="Generated on the spot and published to a local Hub mirror.")
+    hf_token_secret: str | None = Field(
+        default=None, description="Name of a Prefect Secret block holding the Hub token (gated or private repos); "
+        "None: the worker's HF_TOKEN, or anonymous.")
+    regress: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Regression check: window (runs in the baseline, default 5), rel_floor (smallest move that "
+        "counts, default 0.05), mad_k (noise band in MADs, default 3), key_fields (what makes runs comparable).",
+    )
 
     def to_profile(self) -> ModelProfile:
         """The plain ``ModelProfile`` the flows and ``roost/`` logic use."""

@@ -131,10 +131,12 @@ def _block_types(client: SyncPrefectClient) -> list[SetupItem]:
 
     from blocks.hosts import SparkHost
     from blocks.profiles import ModelProfileBlock
+    from blocks.slack import SlackNotifier
 
     items: list[SetupItem] = []
     block_cls: type[Block]
-    for block_cls in (SparkHost, ModelProfileBlock):
+    # the Slack block type too, so that the UI offers it (roost saves no Slack document: it holds a token)
+    for block_cls in (SparkHost, ModelProfileBlock, SlackNotifier):
         slug = block_cls.get_block_type_slug()
         status: Status = "unchanged"
         try:

@@ -23,15 +23,21 @@ from prefect.context import get_run_context
 from pydantic import SecretStr
 
 import roost
-from roost.errors import RoostError, StageFailed
+from roost.errors import RoostError, StageFailed, hide_roost_tracebacks
 from roost.hosts import HostProfile
 from roost.net import free_port
+from roost.plan.preflight import PlanRefused, PlanReport
 from roost.profiles import ModelProfile
 from roost.records import RunMeta, RunRecord, StageTiming
-from roost.serve.base import ServeSpec
+from roost.serve.base import ServeSpec, check_vllm_args
+from roost.serve.health import server_version
 from roost.settings import roost_home
 
 MAX_COLD_LOAD_ATTEMPTS = 3
+
+# A roost error is an expected failure with its own one-line explanation: Prefect's engines log it
+# without a traceback (in the terminal and in the UI alike).
+hide_roost_tracebacks("prefect.task_runs", "prefect.flow_runs")
 
 
 @contextlib.contextmanager
@@ -46,6 +52,9 @@ def _stage(record: RunRecord, name: str) -> Iterator[StageTiming]:
         if record.status != "failed":
             record.status, record.failed_stage = "failed", name
             record.failure_message = str(exc) or type(exc).__name__
+            if not record.failure_class:  # a cold load sets its own (roost.serve.diagnose)
+                record.failure_class = getattr(exc, "failure_class", "") or f"{name.replace('-', '_')}_failed"
+                record.remediation = getattr(exc, "remediation", "")
         raise
     finally:
         timing.seconds = time.perf_counter() - t0
@@ -84,7 +93,9 @@ def land(
     logger = get_run_logger()
     from blocks.resolve import load_host, load_profile
 
+    check_vllm_args(list(vllm_overrides or []), source="vllm_overrides")
     prof = load_profile(profile)  # a saved model-profile block document wins over the built-in
+    check_vllm_args(list(prof.vllm_overrides), source=f"model profile {prof.name}: vllm_overrides")
     host_p: HostProfile = load_host(host or prof.host)
     api_key = _api_key()
     ctx = get_run_context()
@@ -96,6 +107,7 @@ def land(
     ))
     mirror = None
     server = None
+    failure: RoostError | None = None
     slot = contextlib.ExitStack()
     try:
         # 1. download (+ integrity): cached by resolved commit and file fingerprints
@@ -104,7 +116,8 @@ def land(
             if prof.demo:
                 mirror = local_hub_task(prof)
                 endpoint = mirror.endpoint
-            dl = download_task(prof, record.meta.revision, str(_checkpoint_dir(prof)), endpoint=endpoint)
+            dl = download_task(prof, record.meta.revision, str(_checkpoint_dir(prof)), endpoint=endpoint,
+                               token_secret=prof.hf_token_secret)
             record.meta.commit = dl["commit"]
             st.cached = bool(dl["cached"])
             model_dir = Path(dl["local_dir"])
@@ -112,7 +125,9 @@ def land(
         # 2. audit + plan: header-only; decides vLLM's arguments before any server starts
         with _stage(record, "audit") as st:
             audit_state = audit_task(str(model_dir), host_p.name, return_state=True)
-            plan_state = plan_task(str(model_dir), host_p.name, prof.model_dump(), return_state=True)
+            # the plan sizes what will really be asked for: the profile's and this run's overrides included
+            plan_profile = {**prof.model_dump(), "vllm_overrides": [*prof.vllm_overrides, *(vllm_overrides or [])]}
+            plan_state = plan_task(str(model_dir), host_p.name, plan_profile, return_state=True)
             record.audit, record.plan = audit_state.result(), plan_state.result()
             st.cached = audit_state.name == "Cached" and plan_state.name == "Cached"
             if st.cached:
@@ -123,6 +138,9 @@ def land(
                 raise StageFailed("audit", "; ".join(f"{f['code']}: {f['message']}" for f in errors))
             vllm_args = [*record.plan.get("vllm_args", []), *prof.vllm_overrides, *(vllm_overrides or [])]
             record.meta.vllm_args = vllm_args
+            refusal = PlanReport.model_validate(record.plan).refusal()
+            if refusal is not None:  # vLLM would refuse (or run out of memory): no cold load is spent on it
+                raise PlanRefused(*refusal)
 
         # 3. container build (docker backend): base image + xgrammar patch, cached by Dockerfile hash
         with _stage(record, "build") as st:
@@ -130,16 +148,25 @@ def land(
 
         # 4+5. serve and health-wait, holding the host's only serving slot until teardown; a failed
         # cold load is classified and retried only if it can succeed
-        ensure_host_limit(host_p.name)
-        slot.enter_context(host_slot(host_p.name))
-        spec = ServeSpec(model_dir=model_dir, served_model_name=prof.served_model_name,
-                         port=port or free_port(), vllm_args=vllm_args)
+        with _stage(record, "host-slot") as st:
+            ensure_host_limit(host_p.name)
+            slot.enter_context(host_slot(host_p.name))
+            spec = ServeSpec(model_dir=model_dir, served_model_name=prof.served_model_name,
+                             port=port or free_port(), vllm_args=vllm_args)
         server = _serve_until_healthy(record, spec, host_p, prof, api_key, start, health_wait_task)
+        record.meta.vllm_version = server_version(server.base_url, api_key.get_secret_value() or None)
 
         # 6. benchmark
         benchmark_stage(record, server.base_url, prof, api_key)
     except RoostError as exc:
         logger.error("run failed at %s: %s", record.failed_stage or "setup", exc)
+        failure = exc
+    except BaseException as exc:  # not roost's own: still a failed run, reported and stored as one
+        if record.status != "failed":
+            record.status, record.failed_stage = "failed", record.failed_stage or "setup"
+            record.failure_message = str(exc) or type(exc).__name__
+            record.failure_class = record.failure_class or "internal_error"
+        raise
     finally:
         if server is not None and not keep_serving:
             server.stop()
@@ -148,8 +175,8 @@ def land(
         if mirror is not None:
             mirror.stop()
         # 7. report (failed runs too) and notify
-        report_and_notify(record, notify)
-    return finish(record, "land")
+        report_and_notify(record, notify, prof)
+    return finish(record, "land", failure)
 
 
 def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, api_key: SecretStr) -> None:
@@ -171,21 +198,25 @@ def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, api_ke
         append_requests(record.meta, bench.request_rows())
 
 
-def report_and_notify(record: RunRecord, notify: bool) -> None:
-    """The report stage (store, compare with the baseline, files, artifacts) and the Slack message."""
+def report_and_notify(record: RunRecord, notify: bool, prof: ModelProfile | None = None) -> None:
+    """The report stage (store, compare with the baseline as the profile's ``regress`` says, files,
+    artifacts) and the Slack message."""
     from tasks.notify import notify_task
     from tasks.report import report_task
 
     with _stage(record, "report"):
-        report = report_task(record)
+        report = report_task(record, regress_config=prof.regress_config() if prof is not None else None)
         record.report_path = str(report.markdown or "")
     if notify:
         notify_task(record, report)
 
 
-def finish(record: RunRecord, flow_name: str) -> dict[str, Any]:
-    """Fail the flow run when the run failed; else log where the report is and return the record."""
+def finish(record: RunRecord, flow_name: str, failure: RoostError | None = None) -> dict[str, Any]:
+    """Fail the flow run when the run failed (with ``failure`` itself when given, so a user's mistake
+    keeps its exit code); else log where the report is and return the record."""
     if record.status == "failed":
+        if failure is not None:
+            raise failure
         raise StageFailed(record.failed_stage or flow_name, record.failure_message)
     get_run_logger().info("report: %s", record.report_path)
     return record.model_dump(mode="json")
@@ -246,14 +277,17 @@ def _serve_until_healthy(record: RunRecord, spec: ServeSpec, host_p: HostProfile
     autofixed = False
     for attempt in range(1, MAX_COLD_LOAD_ATTEMPTS + 1):
         t0 = time.perf_counter()
-        with _stage(record, "serve"):
-            server = start(spec, api_key)
+        server = None
         try:
+            with _stage(record, "serve"):
+                server = start(spec, api_key)
             with _stage(record, "health-wait"):
                 health = health_task(server, api_key, timeout)
         except StageFailed as exc:
             timed_out = isinstance(exc, HealthTimeout)
-            if hasattr(server, "diagnose"):  # docker: the container's exit status and OOM flag too
+            if server is None:  # it never started (e.g. Docker refused the port): the backend classified it
+                diag = getattr(exc, "diagnosis", None)
+            elif hasattr(server, "diagnose"):  # docker: the container's exit status and OOM flag too
                 diag = server.diagnose(timed_out=timed_out)
                 server.stop()
             else:
@@ -278,11 +312,24 @@ def _serve_until_healthy(record: RunRecord, spec: ServeSpec, host_p: HostProfile
                                diag.suggested_kv_cache_bytes)
                 continue
             if diag is None or not diag.retryable or attempt == MAX_COLD_LOAD_ATTEMPTS:
-                raise
+                if diag is None:
+                    raise
+                # the run's message: the class and what to change, then the evidence
+                record.failure_message = f"{diag.failure_class}: {diag.remediation} (evidence: {diag.evidence})"
+                raise StageFailed(record.failed_stage or "serve", record.failure_message) from None
+            if diag.failure_class == "port_in_use":
+                spec = spec.model_copy(update={"port": free_port()})  # someone took it: another port
             backoff = min(60.0, 5.0 * 2 ** (attempt - 1))
             logger.warning("retrying the cold load in %.0f s (%s is transient)", backoff, diag.failure_class)
             time.sleep(backoff)
             continue
+        except BaseException:  # anything else (a crash, a cancellation): never leave the server behind
+            if server is not None:
+                server.stop()
+            raise
+        # healthy: whatever an earlier attempt failed with no longer describes the run (attempts keep it)
+        record.status, record.failed_stage, record.failure_message = "completed", "", ""
+        record.failure_class, record.remediation = "", ""
         facts = parse_vllm_log(server.logs())
         obs = record.serve
         obs.predicted_kv_cache_tokens = record.plan.get("kv_cache_tokens")

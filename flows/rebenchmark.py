@@ -29,6 +29,7 @@ from roost.hosts import HostProfile
 from roost.profiles import ModelProfile
 from roost.records import RunMeta, RunRecord, StageTiming
 from roost.serve.discover import ServingServer, probe, serving_on
+from roost.serve.health import server_version
 
 
 @task(name="find-server", cache_policy=NO_CACHE, persist_result=False)
@@ -46,7 +47,11 @@ def find_server_task(host: HostProfile) -> list[ServingServer]:
 
 @flow(name="rebenchmark", flow_run_name="rebenchmark-{host}")
 def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = True) -> dict[str, Any]:
-    """Benchmark the model ``host`` is serving, or land ``profile`` there first (kept serving) when none is."""
+    """Benchmark the model ``host`` is serving, or land ``profile`` there first (kept serving) when none is.
+
+    When the host serves another profile's model than ``profile``, what runs is benchmarked (and the
+    record says so): the nightly schedule passes the host's default profile, whatever was landed since.
+    """
     from blocks.resolve import load_host
     from flows.land import land
     from tasks.serve import ensure_host_limit, host_slot
@@ -77,17 +82,23 @@ def _benchmark_serving(found: list[ServingServer], host_p: HostProfile, profile:
     prof = _profile_for(server, profile)
     api_key = _server_key(server)
     record = _record_for(server, prof, host_p)
+    record.meta.vllm_version = server_version(server.base_url, api_key.get_secret_value() or None) \
+        or record.meta.vllm_version
     note = (f"already serving since {server.started_at:%Y-%m-%d %H:%M:%S} UTC" if server.started_at else "already serving")
+    if profile is not None and profile != prof.name:
+        note += f"; profile {profile} was asked for, {prof.name} runs"
     record.stages.append(StageTiming(stage="serve", seconds=0.0, status="skipped",
                                      note=f"{note} ({f'pid {server.pid}' if server.pid else server.container})"))
+    failure: RoostError | None = None
     try:
         benchmark_stage(record, server.base_url, prof.model_copy(update={"served_model_name": server.served_model_name}),
                         api_key)
     except RoostError as exc:
         logger.error("rebenchmark failed at %s: %s", record.failed_stage or "setup", exc)
+        failure = exc
     finally:
-        report_and_notify(record, notify)
-    return finish(record, "rebenchmark")
+        report_and_notify(record, notify, prof)
+    return finish(record, "rebenchmark", failure)
 
 
 def _default_profile(host_name: str) -> str:
@@ -103,15 +114,17 @@ def _default_profile(host_name: str) -> str:
 
 
 def _profile_for(server: ServingServer, profile: str | None) -> ModelProfile:
-    """The profile of what ``server`` serves: ``profile`` if given (it must match), else by served model name."""
+    """The profile of what ``server`` serves: ``profile`` if it serves that model, else found by served model name."""
     from blocks.resolve import all_profiles, load_profile
 
     if profile is not None:
         prof = load_profile(profile)
-        if prof.served_model_name != server.served_model_name:
-            raise UserError(f"host {server.host} serves {server.served_model_name!r}, not profile {prof.name}'s "
-                            f"{prof.served_model_name!r}: omit profile= to benchmark what runs, or run land to replace it")
-        return prof
+        if prof.served_model_name == server.served_model_name:
+            return prof
+        # e.g. the nightly schedule's default profile while another model was landed with keep_serving
+        get_run_logger().warning(
+            "host %s serves %r, not profile %s's %r: benchmarking what runs (run land to replace it)",
+            server.host, server.served_model_name, prof.name, prof.served_model_name)
     matches = [p for p in all_profiles().values() if p.served_model_name == server.served_model_name]
     matches.sort(key=lambda p: (p.host != server.host, p.name))
     if not matches:

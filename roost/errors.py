@@ -6,6 +6,8 @@ line (``roost: error: ...``) without a traceback.
 
 from __future__ import annotations
 
+import logging
+
 
 class RoostError(Exception):
     """Base class: an expected failure with a one-line explanation."""
@@ -33,3 +35,22 @@ class StageFailed(RoostError):
     def __init__(self, stage: str, message: str) -> None:
         super().__init__(f"{stage}: {message}")
         self.stage = stage
+
+
+class HideRoostTracebacks(logging.Filter):
+    """Drop the traceback from a log record whose exception is a :class:`RoostError`: its message
+    already says what failed and what to do, and a traceback would read as a crash."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RoostError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def hide_roost_tracebacks(*logger_names: str) -> None:
+    """Install :class:`HideRoostTracebacks` on these loggers (once each)."""
+    for name in logger_names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, HideRoostTracebacks) for f in logger.filters):
+            logger.addFilter(HideRoostTracebacks())

@@ -6,11 +6,14 @@ one; these built-ins mirror the three seed recipes plus the embedded local demo.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from roost.errors import UserError
+
+if TYPE_CHECKING:
+    from roost.regress import RegressConfig
 
 DEFAULT_ALLOW = [
     "*.safetensors", "*.json", "tokenizer*", "*.jinja", "*.tiktoken", "*.model", "*.txt", "*.md",
@@ -36,6 +39,25 @@ class ModelProfile(BaseModel):
     bench: dict[str, Any] = Field(default_factory=dict, description="BenchSettings fields (roost.bench.sweep).")
     health_timeout_s: float | None = Field(default=None, description="None: the host profile's timeout.")
     demo: bool = Field(default=False, description="Generated on the spot and published to a local Hub mirror.")
+    hf_token_secret: str | None = Field(
+        default=None, description="Name of a Prefect Secret block holding the Hub token; None: HF_TOKEN (or none).")
+    regress: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Regression check settings (roost.regress.RegressConfig: window, rel_floor, mad_k, key_fields).",
+    )
+
+    @field_validator("regress")
+    @classmethod
+    def _regress(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from roost.regress import RegressConfig
+
+        RegressConfig.model_validate(value)  # an unknown field or a bad value fails here, naming it
+        return value
+
+    def regress_config(self) -> RegressConfig:
+        from roost.regress import RegressConfig
+
+        return RegressConfig.model_validate(self.regress)
 
 
 LOCAL = ModelProfile(

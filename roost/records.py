@@ -65,8 +65,9 @@ class RunMeta(BaseModel):
     prefect_flow_run_id: str = ""
 
     def comparable_key(self) -> tuple[str, ...]:
-        """Runs with the same key are compared for regressions: model commit, image, args, host."""
-        return (self.repo_id, self.commit, self.image_digest, " ".join(self.vllm_args), self.host)
+        """Runs with the same key are compared for regressions: model commit, image, vLLM version
+        (the process backend has no image to tell two vLLM installs apart), args, host."""
+        return (self.repo_id, self.commit, self.image_digest, self.vllm_version, " ".join(self.vllm_args), self.host)
 
 
 class ServeObservation(BaseModel):

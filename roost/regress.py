@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from roost.headline import Direction, MetricDef, run_metrics
 from roost.records import RunMeta, RunRecord
@@ -28,6 +28,8 @@ Status = Literal["baseline", "ok", "regressed", "failed_run"]
 
 class RegressConfig(BaseModel):
     """How a run is compared with its history."""
+
+    model_config = ConfigDict(extra="forbid")
 
     window: int = Field(default=5, ge=1, description="How many of the latest comparable runs form the baseline.")
     rel_floor: float = Field(default=0.05, ge=0, description="Smallest relative move that counts (0.05 = 5%).")

@@ -18,7 +18,9 @@ skip names starting with ``.``; one call reads a whole table::
     pd.read_parquet(results_dir() / "points")
 
 A run is committed when its ``runs/`` file exists; it is written last, after the record and the
-points, and ``load_points``/``load_records`` only return committed runs.
+points, and ``load_points``/``load_records`` only return committed runs. A raw read of ``points``
+or ``requests`` may include the rows of a run that crashed before its commit: join on ``run_id``
+with ``runs`` (as ``load_points`` does) to leave them out.
 
 Every row carries ``store_version`` (this layout and its columns) and ``schema_version``
 (``roost.records.SCHEMA_VERSION``). Columns are only ever added, never retyped; the partition keys
@@ -51,7 +53,7 @@ from roost.settings import results_dir
 
 STORE_VERSION = 1
 
-TABLES = ("runs", "points", "notifications")
+TABLES = ("runs", "points", "requests", "notifications")
 
 
 class AlreadyStored(RoostError):
@@ -270,7 +272,20 @@ NOTIFICATIONS_SCHEMA = pa.schema(
     metadata={"roost.store_version": str(STORE_VERSION), "roost.table": "notifications"},
 )
 
-SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "points": POINTS_SCHEMA, "notifications": NOTIFICATIONS_SCHEMA}
+REQUESTS_SCHEMA = pa.schema([
+    ("store_version", pa.int64()), ("run_id", pa.string()), ("profile", pa.string()), ("repo_id", pa.string()),
+    ("commit", pa.string()), ("host_name", pa.string()),
+    ("request_id", pa.string()), ("phase", pa.string()), ("point", pa.int64()), ("repeat", pa.int64()),
+    ("concurrency", pa.int64()), ("prompt_tokens_target", pa.int64()), ("max_tokens", pa.int64()),
+    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("usage_missing", pa.bool_()),
+    ("finish_reason", pa.string()), ("status_code", pa.int64()), ("error", pa.string()), ("error_kind", pa.string()),
+    ("t_first_s", pa.float64()), ("t_last_s", pa.float64()), ("t_end_s", pa.float64()),
+    ("ttft_s", pa.float64()), ("tpot_s", pa.float64()), ("e2el_s", pa.float64()), ("decode_tok_s", pa.float64()),
+    ("token_chunks", pa.int64()), ("itl_s_max", pa.float64()),
+], metadata={"roost.store_version": str(STORE_VERSION), "roost.table": "requests"})
+
+SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "points": POINTS_SCHEMA, "requests": REQUESTS_SCHEMA,
+                                  "notifications": NOTIFICATIONS_SCHEMA}
 
 _PARTITIONING = ds.partitioning(pa.schema([("model", pa.string()), ("host", pa.string())]), flavor="hive")
 
@@ -384,19 +399,6 @@ def append_run(record: RunRecord, root: Path | None = None) -> StoredRun:
     return StoredRun(run_id=meta.run_id, run_path=run_file, points_path=points_file, record_path=rec_file)
 
 
-REQUESTS_SCHEMA = pa.schema([
-    ("store_version", pa.int64()), ("run_id", pa.string()), ("profile", pa.string()), ("repo_id", pa.string()),
-    ("commit", pa.string()), ("host_name", pa.string()),
-    ("request_id", pa.string()), ("phase", pa.string()), ("point", pa.int64()), ("repeat", pa.int64()),
-    ("concurrency", pa.int64()), ("prompt_tokens_target", pa.int64()), ("max_tokens", pa.int64()),
-    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("usage_missing", pa.bool_()),
-    ("finish_reason", pa.string()), ("status_code", pa.int64()), ("error", pa.string()), ("error_kind", pa.string()),
-    ("t_first_s", pa.float64()), ("t_last_s", pa.float64()), ("t_end_s", pa.float64()),
-    ("ttft_s", pa.float64()), ("tpot_s", pa.float64()), ("e2el_s", pa.float64()), ("decode_tok_s", pa.float64()),
-    ("token_chunks", pa.int64()), ("itl_s_max", pa.float64()),
-])
-
-
 def append_requests(meta: RunMeta, rows: list[dict[str, Any]], root: Path | None = None) -> Path | None:
     """Store one row per benchmark request (``requests`` table), with the run's identifying columns.
 
@@ -468,7 +470,7 @@ def load_table(
         cond = ds.field("host") == slug(host)
         expr = cond if expr is None else expr & cond
     df = dataset.to_table(filter=expr).to_pandas()
-    sort = [c for c in ("started_at", "run_id", "point_index", "attempted_at") if c in df.columns]
+    sort = [c for c in ("started_at", "run_id", "point_index", "point", "attempted_at") if c in df.columns]
     return df.sort_values(sort, kind="stable").reset_index(drop=True)
 
 

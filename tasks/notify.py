@@ -19,6 +19,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
+from pydantic import ValidationError
 from slack_sdk import WebClient
 from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler, RetryHandler
 from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
@@ -231,6 +232,16 @@ def notify_task(
         try:
             loaded = SlackNotifier.load(block_name)
             notifier = loaded if isinstance(loaded, SlackNotifier) else None
+        except RuntimeError as exc:
+            # Prefect wraps a document that fails validation (saved from the UI with a field missing or
+            # wrong); say which field, never its value
+            invalid = exc.__cause__ if isinstance(exc.__cause__, ValidationError) else None
+            if invalid is None:
+                logger.error("could not load the SlackNotifier block %r: %s", block_name, type(exc).__name__)
+            else:
+                fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'block'}: {e['msg']}" for e in invalid.errors())
+                logger.error("the SlackNotifier block %r is invalid (%s): fix it in the Prefect UI (Blocks)",
+                             block_name, fields)
         except ValueError:
             logger.info("no SlackNotifier block named %r; Slack is not configured", block_name)
         except Exception as exc:

@@ -36,15 +36,24 @@ import httpx
 
 from roost.bench.metrics import ErrorKind, Phase, RequestRecord
 from roost.bench.timed_net import TimedStream, timed_transport
+from roost.errors import UserError
 
 
 def normalize_base_url(base_url: str) -> str:
-    """``http://host:port`` from what a user may type (a trailing ``/``, ``/v1``)."""
+    """``http://host:port`` from what a user may type (a trailing ``/``, ``/v1``); a UserError for
+    what cannot be a server's URL."""
     url = base_url.strip().rstrip("/")
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
     if "://" not in url:
         url = "http://" + url
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port out of range or not a number)
+    except ValueError as exc:
+        raise UserError(f"server URL {base_url!r} is not usable ({exc}): give e.g. http://127.0.0.1:8000") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"server URL {base_url!r} is not usable: give e.g. http://127.0.0.1:8000")
     return url
 
 

@@ -72,10 +72,13 @@ class ServerTokenizer:
         resp = await self.client.post_json("/tokenize", body, timeout_s=300.0)
         if resp.status_code != 200:
             raise PromptError(f"/tokenize answered HTTP {resp.status_code}: {_body_message(resp)}")
-        data = resp.json()
-        if isinstance(data.get("max_model_len"), int):
-            self.max_model_len = data["max_model_len"]
-        return int(data["count"])
+        try:
+            data = resp.json()
+            if isinstance(data.get("max_model_len"), int):
+                self.max_model_len = data["max_model_len"]
+            return int(data["count"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise PromptError(f"/tokenize answered without a token count ({type(exc).__name__}: {exc})") from None
 
     async def available(self) -> bool:
         """Does the server have ``/tokenize``? (One tiny call.)"""
@@ -101,7 +104,13 @@ class UsageProbeCounter:
         resp = await self.client.post_json("/v1/chat/completions", body, timeout_s=600.0)
         if resp.status_code != 200:
             raise PromptError(f"HTTP {resp.status_code}: {_body_message(resp)}")
-        return int(resp.json()["usage"]["prompt_tokens"])
+        try:
+            return int(resp.json()["usage"]["prompt_tokens"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PromptError(
+                "the server has no /tokenize and its completions carry no usage.prompt_tokens, so prompts of an "
+                f"exact length cannot be built ({type(exc).__name__}: {exc})"
+            ) from None
 
 
 def _body_message(resp: httpx.Response) -> str:

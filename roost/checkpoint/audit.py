@@ -452,7 +452,10 @@ def audit_checkpoint(
     )
     nvfp4_issues: list[str] = []
     fp8_unscaled: list[str] = []
-    group_size = int(q.get("group_size") or 16)
+    group_size = q.get("group_size") or 16
+    if type(group_size) is not int or group_size <= 0:
+        raise UserError(f"{model_dir / 'config.json'}: quantization_config.group_size must be a positive integer, "
+                        f"got {group_size!r}")
     for folded, roles in folded_roles.items():
         weights = roles.get("weight")
         if not weights:

@@ -279,6 +279,15 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
             raise UserError(f"{source}: field {keys[0]!r} must be a positive integer, got {v!r}")
         return v
 
+    def opt_int(*keys: str) -> int:
+        """An optional count: 0 when absent or null, a UserError naming the field when not a whole number >= 0."""
+        v = get(*keys)
+        if v is None or v is False:
+            return 0
+        if type(v) is not int or v < 0:
+            raise UserError(f"{source}: field {keys[0]!r} must be a whole number >= 0, got {v!r}")
+        return v
+
     archs = raw.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         raise UserError(f"{source}: missing field 'architectures' (a list naming the model class)")
@@ -328,16 +337,16 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
             conv_kernel=need_int("linear_conv_kernel_dim"),
         )
 
-    num_experts = get("num_experts", "num_local_experts", "n_routed_experts") or 0
-    top_k = get("num_experts_per_tok", "moe_topk", "top_k") or 0
+    num_experts = opt_int("num_experts", "num_local_experts", "n_routed_experts")
+    top_k = opt_int("num_experts_per_tok", "moe_topk", "top_k")
     if num_experts and not top_k:
         raise UserError(f"{source}: MoE config (num_experts={num_experts}) lacks num_experts_per_tok")
-    mtp_prefix = get("mtp_num_hidden_layers")
-    nextn = get("num_nextn_predict_layers")
+    mtp_prefix = opt_int("mtp_num_hidden_layers")
+    nextn = opt_int("num_nextn_predict_layers")
     if mtp_prefix:
-        mtp_n, mtp_style = int(mtp_prefix), "mtp_prefix"
+        mtp_n, mtp_style = mtp_prefix, "mtp_prefix"
     elif nextn:
-        mtp_n, mtp_style = int(nextn), "extra_layers"
+        mtp_n, mtp_style = nextn, "extra_layers"
     else:
         mtp_n, mtp_style = 0, "none"
 
@@ -365,8 +374,8 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
         layer_types=layer_types,
         dtype=str(dtype),
         tie_word_embeddings=bool(tie),
-        num_experts=int(num_experts),
-        num_experts_per_tok=int(top_k),
+        num_experts=num_experts,
+        num_experts_per_tok=top_k,
         mtp_num_hidden_layers=mtp_n,
         mtp_style=mtp_style,  # type: ignore[arg-type]
         has_vision_config=isinstance(vision, dict),

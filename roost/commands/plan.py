@@ -36,19 +36,9 @@ def plan(
         echo_json(result.to_json())
     else:
         typer.echo(result.summary())
-    if not result.fits_one_request:
-        raise fail(
-            f"{path}: a {result.kv_cache_memory_bytes:,}-byte KV pool cannot hold one {result.max_model_len:,}-token "
-            f"request; use --kv-cache-memory-bytes {result.min_kv_cache_bytes} or more",
-            1,
-        )
-    if not result.fits_host:
-        raise fail(
-            f"{path}: weights + KV pool + headroom need {result.fit.total_bytes:,} bytes, more than "
-            f"{result.host}'s {result.fit.usable_bytes:,}; use a smaller pool, a quantized build or a bigger host",
-            1,
-        )
-
+    refusal = result.refusal()
+    if refusal is not None:
+        raise fail(f"{path}: {refusal[1]}", 1)
 
 def register(app: typer.Typer) -> None:
     app.command("plan", help="Predict vLLM's KV-cache size, concurrency and fit for a checkpoint.")(

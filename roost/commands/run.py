@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from roost.commands._common import echo_json, user_errors
+from roost.errors import UserError
+
+if TYPE_CHECKING:
+    from roost.profiles import ModelProfile
 
 
 def register(app: typer.Typer) -> None:
@@ -23,6 +27,9 @@ def run(
     revision: Annotated[str | None, typer.Option(help="Branch, tag or commit (default: the profile's).")] = None,
     host: Annotated[str | None, typer.Option(help="Host profile to serve on (default: the profile's).")] = None,
     port: Annotated[int | None, typer.Option(help="Port for the vLLM server (default: a free one).")] = None,
+    vllm_arg: Annotated[list[str] | None, typer.Option(
+        "--vllm-arg", help="An extra vLLM argument after the plan's (repeatable; write it as --vllm-arg=--enforce-eager "
+        "or --vllm-arg=--max-num-seqs=8). Keys never go here: VLLM_API_KEY or the Secret block.")] = None,
     keep_serving: Annotated[bool, typer.Option("--keep-serving", help="Leave the server running after the run.")] = False,
     notify: Annotated[bool, typer.Option("--notify/--no-notify", help="Send Slack notifications if configured.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON.")] = False,
@@ -30,22 +37,47 @@ def run(
     from roost.hosts import get_host
     from roost.net import require_free_port
     from roost.profiles import get_profile
+    from roost.serve.base import check_vllm_args
 
-    prof = get_profile(profile)  # unknown names fail here, before Prefect starts
-    get_host(host or prof.host)
+    if os.environ.get("PREFECT_API_URL"):  # saved model-profile / spark-host documents count too
+        prof = _saved_or_builtin(profile, host)
+    else:  # unknown names fail here, before a temporary Prefect server starts
+        prof = get_profile(profile)
+        get_host(host or prof.host)
     if port is not None:
         require_free_port(port)
+    overrides = list(vllm_arg or [])
+    check_vllm_args(overrides, source="--vllm-arg")
 
     # Without PREFECT_API_URL Prefect starts a temporary local server on the default SQLite database;
     # on a busy 2-core machine it needs longer than Prefect's default 20 s to come up.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    # Its telemetry heartbeat sends usage data off the machine, and on a brand-new database it races
+    # its own first insert and prints an SQLAlchemy traceback; roost runs never need it.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.land import land
 
-    record = land(profile=profile, revision=revision, host=host, port=port, keep_serving=keep_serving, notify=notify)
+    record = land(profile=profile, revision=revision, host=host, vllm_overrides=overrides or None, port=port,
+                  keep_serving=keep_serving, notify=notify)
     if as_json:
         echo_json(record)
         return
     typer.echo(_summary(record))
+
+
+def _saved_or_builtin(profile: str, host: str | None) -> ModelProfile:
+    """The profile (and check the host) as the flow will resolve them, from the Prefect server's blocks."""
+    import httpx
+
+    from blocks.resolve import load_host, load_profile
+
+    try:
+        prof = load_profile(profile)
+        load_host(host or prof.host)
+    except (httpx.HTTPError, OSError, RuntimeError) as exc:
+        raise UserError(f"cannot reach the Prefect API at {os.environ['PREFECT_API_URL']} ({type(exc).__name__}): "
+                        "start the server (prefect server start) or unset PREFECT_API_URL") from None
+    return prof
 
 
 def _summary(record: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from roost.checkpoint.audit import AuditReport, audit_checkpoint, format_bytes
 from roost.checkpoint.layout import load_config
+from roost.errors import StageFailed
 from roost.hosts import HostProfile
 from roost.plan.args import (
     FitCheck,
@@ -61,6 +62,19 @@ class PlanReport(BaseModel):
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
+    def refusal(self) -> tuple[str, str] | None:
+        """Why vLLM would refuse to start (or run out of memory) with this plan: a failure class
+        (as ``roost.serve.diagnose`` names them) and what to change; None when it fits."""
+        if not self.fits_one_request:
+            return ("kv_pool_too_small",
+                    f"a {self.kv_cache_memory_bytes:,}-byte KV pool cannot hold one {self.max_model_len:,}-token "
+                    f"request; use --kv-cache-memory-bytes {self.min_kv_cache_bytes} or more")
+        if not self.fits_host:
+            return ("out_of_memory",
+                    f"weights + KV pool + headroom need {self.fit.total_bytes:,} bytes, more than {self.host}'s "
+                    f"{self.fit.usable_bytes:,}; use a smaller pool, a quantized build or a bigger host")
+        return None
+
     def summary(self) -> str:
         lines = [
             f"{self.path} on {self.host} ({self.rules}): max_model_len {self.max_model_len:,}, "
@@ -79,6 +93,15 @@ class PlanReport(BaseModel):
             *[f"    {line}" for line in self.predicted_log_lines],
         ]
         return "\n".join(lines)
+
+
+class PlanRefused(StageFailed):
+    """The plan says vLLM cannot start as asked: caught before a cold load is spent on it."""
+
+    def __init__(self, failure_class: str, remediation: str) -> None:
+        super().__init__("audit", f"vLLM would not start: {remediation}")
+        self.failure_class = failure_class
+        self.remediation = remediation
 
 
 def plan_checkpoint(

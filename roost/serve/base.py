@@ -9,6 +9,21 @@ from pydantic import BaseModel, Field
 
 from roost.errors import UserError
 
+SECRET_FLAGS = ("--api-key", "--hf-token")
+"""vLLM flags that carry a secret: refused in any argument list roost records, logs or passes on a command line."""
+
+
+def check_vllm_args(args: list[str], *, source: str = "vLLM arguments") -> None:
+    """Refuse an argument list that carries a secret (it would be stored with the run and logged)."""
+    for a in args:
+        flag = a.split("=", 1)[0]
+        if flag in SECRET_FLAGS:
+            raise UserError(
+                f"{source}: {flag} carries a secret, and vLLM arguments are stored with the run and logged; "
+                "remove it: roost passes the API key through VLLM_API_KEY (or the roost-vllm-api-key Secret block) "
+                "and the Hub token through HF_TOKEN (or a Prefect Secret block)"
+            )
+
 
 class ServeSpec(BaseModel):
     """How to start one vLLM server. Backend-independent; the backend decides how to run it."""
@@ -24,6 +39,7 @@ class ServeSpec(BaseModel):
     def server_args(self) -> list[str]:
         """``--served-model-name`` (unless the plan's args already name it: they must agree) and ``vllm_args``."""
         args = list(self.vllm_args)
+        check_vllm_args(args)
         named = [args[i + 1] if i + 1 < len(args) else "" for i, a in enumerate(args) if a == "--served-model-name"]
         for other in named:
             if other != self.served_model_name:

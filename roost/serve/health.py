@@ -142,3 +142,14 @@ def wait_until_ready(
 
 def _lists_model(payload: Any, name: str) -> bool:
     return any(m.get("id") == name for m in payload.get("data", []) if isinstance(m, dict))
+
+
+def server_version(base_url: str, api_key: str | None = None, *, timeout_s: float = 5.0) -> str:
+    """vLLM's version as the running server reports it (``GET /version``); "" when it does not say."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(f"{base_url.rstrip('/')}/version", headers=headers, timeout=timeout_s, trust_env=False)
+        version = r.json().get("version") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return ""
+    return str(version) if isinstance(version, str) else ""

@@ -51,7 +51,7 @@ def _forget_roost_block_types() -> None:
     from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
-        for slug in ("spark-host", "model-profile"):
+        for slug in ("spark-host", "model-profile", "roost-slack-notifier"):
             try:
                 block_type = client.read_block_type_by_slug(slug)
             except ObjectNotFound:

@@ -28,6 +28,7 @@ def test_first_run_creates_everything(roost_setup: tuple[dict[str, Any], dict[st
     for key in [("work-pool", POOL), ("work-queue", f"{POOL}/spark"), ("work-queue", f"{POOL}/cpu"),
                 ("concurrency-limit", "roost-serve-spark"), ("concurrency-limit", "roost-serve-cpu"),
                 ("automation", "roost-crash-zombie-runs"), ("block-type", "spark-host"), ("block-type", "model-profile"),
+                ("block-type", "roost-slack-notifier"),
                 ("block", "spark-host/spark"), ("block", "spark-host/cpu"), ("block", "model-profile/local"),
                 ("block", "model-profile/ornith-35b"), ("block", "model-profile/ornith-9b"),
                 ("block", "model-profile/ornith-1-5-35b-a3b-nvfp4")]:

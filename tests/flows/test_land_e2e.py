@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,8 @@ def test_plan_matches_what_vllm_logged(first_run: dict[str, Any]) -> None:
     assert serve["predicted_kv_cache_tokens"] == serve["logged_kv_cache_tokens"]
     assert serve["attempts"][-1]["ok"] is True
     assert "--api-key" not in " ".join(first_run["meta"]["vllm_args"])
+    assert first_run["meta"]["vllm_args"].count("--served-model-name") == 1
+    assert first_run["meta"]["vllm_version"] == "0.32.0"  # as the running server reports it (GET /version)
 
 
 def test_report_written_with_measured_numbers(first_run: dict[str, Any]) -> None:
@@ -131,8 +134,10 @@ def test_second_run_reuses_cached_stages(first_run: dict[str, Any]) -> None:
 def test_unknown_profile_is_one_line_exit_2() -> None:
     res = _run_roost("run", "--profile", "nope")
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
-        "roost: error: unknown model profile 'nope': choose one of local, ornith-1.5-35b-a3b-nvfp4, ornith-35b, ornith-9b"]
+    [line] = res.stderr.strip().splitlines()
+    # with a Prefect server (PREFECT_API_URL), saved model-profile documents are offered too
+    assert line.startswith("roost: error: unknown model profile 'nope': choose one of ")
+    assert all(name in line for name in ("local", "ornith-1.5-35b-a3b-nvfp4", "ornith-35b", "ornith-9b"))
 
 
 def test_port_in_use_is_one_line_exit_2() -> None:
@@ -144,3 +149,39 @@ def test_port_in_use_is_one_line_exit_2() -> None:
         res = _run_roost("run", "--port", str(s.getsockname()[1]))
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and "already in use" in res.stderr
+
+
+def test_a_kv_pool_too_small_is_refused_before_vllm_starts(prefect_api: str) -> None:
+    """The seeds' 4 GiB-pool lesson: the plan (with this run's overrides) refuses before a cold load."""
+    from roost.profiles import LOCAL
+    from roost.store import load_records
+
+    res = _run_roost("run", "--no-notify", "--vllm-arg=--kv-cache-memory-bytes=1048576")
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert "Traceback" not in res.stdout + res.stderr
+    assert re.fullmatch(r"roost: error: audit: vLLM would not start: a 1,048,576-byte KV pool cannot hold one "
+                        r"[\d,]+-token request; use --kv-cache-memory-bytes \d+ or more",
+                        res.stderr.strip().splitlines()[-1])
+    assert _vllm_processes() == []
+    rec = load_records(model=LOCAL.repo_id)[-1]
+    assert (rec.status, rec.failed_stage, rec.failure_class) == ("failed", "audit", "kv_pool_too_small")
+    assert "--kv-cache-memory-bytes=1048576" in rec.meta.vllm_args
+    assert [s.stage for s in rec.stages] == ["download", "audit"]  # no build, no serve: no cold load spent
+
+
+def test_a_missing_revision_is_one_line_exit_2(prefect_api: str) -> None:
+    res = _run_roost("run", "--no-notify", "--revision", "no-such-branch")
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "Traceback" not in res.stdout + res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("roost: error:") and "'no-such-branch'" in last and "--revision" in last
+
+
+def test_a_secret_in_the_vllm_arguments_is_refused() -> None:
+    res = _run_roost("run", "--vllm-arg=--api-key=sk-123")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "roost: error: --vllm-arg: --api-key carries a secret, and vLLM arguments are stored with the run and "
+        "logged; remove it: roost passes the API key through VLLM_API_KEY (or the roost-vllm-api-key Secret block) "
+        "and the Hub token through HF_TOKEN (or a Prefect Secret block)"]
+    assert "sk-123" not in res.stdout + res.stderr

@@ -165,3 +165,17 @@ def test_the_comparability_key_is_configurable() -> None:
     assert across.status == "regressed" and across.comparable_key == ["deepreinforce/Ornith-1.0-9B", "spark"]
     with pytest.raises(ValueError, match="key_fields"):
         RegressConfig(key_fields=["gpu"])
+
+
+def test_a_profile_carries_its_regression_settings() -> None:
+    from pydantic import ValidationError
+
+    from roost.profiles import LOCAL
+
+    prof = LOCAL.model_copy(update={"regress": {"window": 3, "rel_floor": 0.1}})
+    assert prof.regress_config() == RegressConfig(window=3, rel_floor=0.1)
+    assert LOCAL.regress_config() == RegressConfig()
+    with pytest.raises(ValidationError, match="window"):
+        type(LOCAL).model_validate(LOCAL.model_dump() | {"regress": {"window": 0}})
+    with pytest.raises(ValidationError, match="windw"):
+        type(LOCAL).model_validate(LOCAL.model_dump() | {"regress": {"windw": 3}})

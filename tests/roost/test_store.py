@@ -225,6 +225,20 @@ def test_notifications_are_appended_one_file_per_attempt(tmp_path: Path) -> None
     assert list(store.load_notifications(tmp_path)["retries"]) == [2, 0]
 
 
+def test_requests_are_one_table_read_like_the_others(tmp_path: Path) -> None:
+    meta = make_run("r1", 1).meta
+    rows = [{"request_id": f"q{i}", "phase": "prompt_length", "point": 0, "repeat": i, "concurrency": 1,
+             "prompt_tokens": 511, "completion_tokens": 256, "ttft_s": 0.14, "decode_tok_s": 12.6, "unknown": 1}
+            for i in range(3)]
+    path = store.append_requests(meta, rows, tmp_path)
+    assert path is not None and path.parent == tmp_path / "requests" / f"model={store.slug(meta.repo_id)}" / "host=spark"
+    assert store.append_requests(meta, [], tmp_path) is None
+    df = store.load_table("requests", tmp_path, model=meta.repo_id)
+    assert list(df["request_id"]) == ["q0", "q1", "q2"] and set(df["run_id"]) == {"r1"}
+    assert list(df["host"]) == ["spark"] * 3 and "unknown" not in df.columns
+    assert store.load_table("requests", tmp_path, host="elsewhere").empty
+
+
 def test_slug_makes_directory_safe_names() -> None:
     assert store.slug("deepreinforce/Ornith-1.0-9B") == "deepreinforce--Ornith-1.0-9B"
     assert store.slug("a b/c?d") == "a_b--c_d"

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from roost_sample_runs import earlier_runs, failed_run, spark_run
 from slack_receiver import Fault, SlackReceiver
 
@@ -220,7 +221,7 @@ def test_redact() -> None:
 
 @pytest.mark.slow
 def test_notify_task_loads_the_block_sends_and_records(prefect_api: str, receiver: SlackReceiver, chart: Path,
-                                                       tmp_path: Path) -> None:
+                                                       tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from prefect import flow
 
     from roost.notify import NotifyResult
@@ -246,7 +247,17 @@ def test_notify_task_loads_the_block_sends_and_records(prefect_api: str, receive
     missing = run_notify("no-such-block")
     assert missing.status == "skipped"
 
+    # saved from the UI with the channel left empty: skipped, and the log says which field, not the token
+    SlackNotifier.model_construct(bot_token=SecretStr(TOKEN), channel="", webhook_url=None,
+                                  notify_on=["regression", "failure"]).save("roost-slack-invalid", overwrite=True)
+    with caplog.at_level(logging.INFO):
+        invalid = run_notify("roost-slack-invalid")
+    assert invalid.status == "skipped"
+    said = [r.getMessage() for r in caplog.records if "roost-slack-invalid" in r.getMessage()]
+    assert any("is invalid" in m and "channel is empty" in m for m in said), said
+    assert_no_secret(caplog.text)
+
     rows = load_notifications(tmp_path)
-    assert list(rows["status"]) == ["sent", "skipped"]
-    assert list(rows["run_id"]) == [current.meta.run_id] * 2  # type: ignore[attr-defined]
+    assert list(rows["status"]) == ["sent", "skipped", "skipped"]
+    assert list(rows["run_id"]) == [current.meta.run_id] * 3  # type: ignore[attr-defined]
     assert_no_secret(rows.to_json(date_format="iso"))

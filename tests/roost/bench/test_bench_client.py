@@ -11,6 +11,7 @@ from bench_synthetic import Synthetic
 
 from roost.bench.client import BenchClient, RequestBudget, SSEParser, is_token_delta, normalize_base_url
 from roost.bench.metrics import RequestRecord
+from roost.errors import UserError
 from roost.net import free_port
 
 STREAM = (
@@ -64,6 +65,13 @@ def test_is_token_delta(delta: dict[str, Any], token: bool) -> None:
 def test_normalize_base_url() -> None:
     assert normalize_base_url("127.0.0.1:8000/v1/") == "http://127.0.0.1:8000"
     assert normalize_base_url("https://h/x/v1") == "https://h/x"
+
+
+@pytest.mark.parametrize(("url", "why"), [("http://h:99999", "out of range"), ("http://h:notaport", "notaport"),
+                                          ("ftp://h", "give e.g. http://127.0.0.1:8000")])
+def test_an_unusable_url_is_a_user_error(url: str, why: str) -> None:
+    with pytest.raises(UserError, match=why):
+        normalize_base_url(url)
 
 
 def _run(srv: Synthetic, faults: list[str], n: int = 12, budget: RequestBudget | None = None,

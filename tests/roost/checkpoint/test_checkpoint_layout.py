@@ -123,6 +123,9 @@ def test_parse_flat_dense_config_defaults() -> None:
         ({"layer_types": ["full_attention"]}, r"layer_types must list one entry per layer \(8\)"),
         ({"layer_types": ["weird"] * 8}, r"layer_types\[0\] = 'weird'"),
         ({"linear_num_key_heads": None}, r"missing field 'linear_num_key_heads'"),
+        ({"mtp_num_hidden_layers": "one"}, r"'mtp_num_hidden_layers' must be a whole number >= 0, got 'one'"),
+        ({"num_experts": [1, 2]}, r"'num_experts' must be a whole number >= 0, got \[1, 2\]"),
+        ({"num_experts_per_tok": -1}, r"'num_experts_per_tok' must be a whole number >= 0, got -1"),
     ],
 )
 def test_config_errors_name_the_field(patch: dict[str, Any], match: str) -> None:
