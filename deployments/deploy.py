@@ -55,6 +55,8 @@ PARAM_HELP: dict[str, str] = {
     "keep_serving": "Leave the server running after the run (rebenchmark then measures it nightly).",
     "port": "Port for the vLLM server (empty: a free one).",
     "notify": "Send the Slack notification if Slack is configured.",
+    "restart_policy": "Docker restart policy of the server container (unless-stopped with keep_serving keeps it up "
+                      "across reboots); process hosts ignore it.",
 }
 
 Status = Literal["created", "updated", "unchanged"]

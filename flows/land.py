@@ -30,6 +30,7 @@ from roost.plan.preflight import PlanRefused, PlanReport
 from roost.profiles import ModelProfile
 from roost.records import RunMeta, RunRecord, StageTiming
 from roost.serve.base import ServeSpec, check_vllm_args
+from roost.serve.docker_backend import RestartPolicy
 from roost.serve.health import server_version
 from roost.settings import roost_home
 
@@ -82,6 +83,7 @@ def land(
     keep_serving: bool = False,
     port: int | None = None,
     notify: bool = True,
+    restart_policy: RestartPolicy = "no",
 ) -> dict[str, Any]:
     """Land ``profile`` on ``host`` and measure it. Returns the run record (as JSON-able dict)."""
     from tasks.audit import audit_task, plan_task
@@ -144,7 +146,7 @@ def land(
 
         # 3. container build (docker backend): base image + xgrammar patch, cached by Dockerfile hash
         with _stage(record, "build") as st:
-            start = _build(record, st, host_p)
+            start = _build(record, st, host_p, restart_policy)
 
         # 4+5. serve and health-wait, holding the host's only serving slot until teardown; a failed
         # cold load is classified and retried only if it can succeed
@@ -222,7 +224,8 @@ def finish(record: RunRecord, flow_name: str, failure: RoostError | None = None)
     return record.model_dump(mode="json")
 
 
-def _build(record: RunRecord, st: StageTiming, host_p: HostProfile) -> Callable[[ServeSpec, SecretStr], Any]:
+def _build(record: RunRecord, st: StageTiming, host_p: HostProfile,
+           restart_policy: RestartPolicy = "no") -> Callable[[ServeSpec, SecretStr], Any]:
     """Build the serving image when the host serves through Docker; return how to start a server."""
     from tasks.serve import serve_docker_task, serve_process_task
 
@@ -230,6 +233,9 @@ def _build(record: RunRecord, st: StageTiming, host_p: HostProfile) -> Callable[
     if host_p.backend == "process":
         st.status, st.note = "skipped", "process backend: vLLM runs from the vLLM venv; no image to build"
         logger.info("build skipped: host %s uses the process backend", host_p.name)
+        if restart_policy != "no":
+            logger.warning("restart_policy %s applies to containers only; host %s runs vLLM as a process",
+                           restart_policy, host_p.name)
         return lambda spec, key: serve_process_task(spec, key, host_p.name)
 
     from roost.serve.dockerfile import BuildSpec
@@ -240,7 +246,7 @@ def _build(record: RunRecord, st: StageTiming, host_p: HostProfile) -> Callable[
     record.meta.image_digest = built.base_image_digest or built.image_id
     st.cached = built.skipped
     st.note = f"{built.tag} on {built.base_image}"
-    return lambda spec, key: serve_docker_task(spec, key, host_p, built.tag)
+    return lambda spec, key: serve_docker_task(spec, key, host_p, built.tag, restart_policy=restart_policy)
 
 
 def _with_kv_pool(args: list[str], pool_bytes: int) -> list[str]:

@@ -73,17 +73,14 @@ def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = Tr
 def _benchmark_serving(found: list[ServingServer], host_p: HostProfile, profile: str | None,
                        notify: bool) -> dict[str, Any]:
     """Benchmark the newest of ``found``, report and notify like ``land`` does."""
-    from flows.land import benchmark_stage, finish, report_and_notify
+    from flows.land import _stage, benchmark_stage, finish, report_and_notify
 
     logger = get_run_logger()
     if len(found) > 1:
         logger.warning("host %s runs %d roost servers; benchmarking the newest", host_p.name, len(found))
     server = found[-1]
     prof = _profile_for(server, profile)
-    api_key = _server_key(server)
     record = _record_for(server, prof, host_p)
-    record.meta.vllm_version = server_version(server.base_url, api_key.get_secret_value() or None) \
-        or record.meta.vllm_version
     note = (f"already serving since {server.started_at:%Y-%m-%d %H:%M:%S} UTC" if server.started_at else "already serving")
     if profile is not None and profile != prof.name:
         note += f"; profile {profile} was asked for, {prof.name} runs"
@@ -91,6 +88,11 @@ def _benchmark_serving(found: list[ServingServer], host_p: HostProfile, profile:
                                      note=f"{note} ({f'pid {server.pid}' if server.pid else server.container})"))
     failure: RoostError | None = None
     try:
+        # a server roost cannot talk to is a failed run too: reported, stored and sent to Slack
+        with _stage(record, "connect"):
+            api_key = _server_key(server)
+        record.meta.vllm_version = server_version(server.base_url, api_key.get_secret_value() or None) \
+            or record.meta.vllm_version
         benchmark_stage(record, server.base_url, prof.model_copy(update={"served_model_name": server.served_model_name}),
                         api_key)
     except RoostError as exc:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast, get_args
 
 import typer
 
 from roost.commands._common import echo_json, user_errors
 from roost.errors import UserError
+from roost.serve.docker_backend import RestartPolicy
 
 if TYPE_CHECKING:
     from roost.profiles import ModelProfile
@@ -31,6 +32,9 @@ def run(
         "--vllm-arg", help="An extra vLLM argument after the plan's (repeatable; write it as --vllm-arg=--enforce-eager "
         "or --vllm-arg=--max-num-seqs=8). Keys never go here: VLLM_API_KEY or the Secret block.")] = None,
     keep_serving: Annotated[bool, typer.Option("--keep-serving", help="Leave the server running after the run.")] = False,
+    restart_policy: Annotated[str, typer.Option(
+        "--restart-policy", help="Docker restart policy of the server container: no, always, unless-stopped, "
+        "on-failure (with --keep-serving, unless-stopped keeps it up across reboots).")] = "no",
     notify: Annotated[bool, typer.Option("--notify/--no-notify", help="Send Slack notifications if configured.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON.")] = False,
 ) -> None:
@@ -46,6 +50,8 @@ def run(
         get_host(host or prof.host)
     if port is not None:
         require_free_port(port)
+    if restart_policy not in get_args(RestartPolicy):
+        raise UserError(f"--restart-policy {restart_policy!r}: choose one of {', '.join(get_args(RestartPolicy))}")
     overrides = list(vllm_arg or [])
     check_vllm_args(overrides, source="--vllm-arg")
 
@@ -58,7 +64,7 @@ def run(
     from flows.land import land
 
     record = land(profile=profile, revision=revision, host=host, vllm_overrides=overrides or None, port=port,
-                  keep_serving=keep_serving, notify=notify)
+                  keep_serving=keep_serving, notify=notify, restart_policy=cast(RestartPolicy, restart_policy))
     if as_json:
         echo_json(record)
         return

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import logging
 import os
 import random
@@ -957,7 +958,8 @@ def download_and_verify(
     t0 = time.monotonic()
     local_dir = Path(local_dir).expanduser().resolve()
     endpoint = resolve_endpoint(endpoint)
-    manifest = load_manifest(local_dir)
+    with _local_disk_errors(local_dir):
+        manifest = load_manifest(local_dir)
 
     if is_full_sha(spec.revision) and (warm := warm_selection(manifest, spec, spec.revision, local_dir)):
         assert manifest is not None
@@ -969,23 +971,48 @@ def download_and_verify(
         if warm := warm_selection(manifest, spec, commit, local_dir):
             assert manifest is not None
             return _cached_result(spec, manifest, warm, local_dir, endpoint, t0)
-        return _run(
-            spec,
-            commit,
-            local_dir,
-            client,
-            manifest,
-            progress=progress,
-            progress_interval=progress_interval,
-            free_space=free_space,
-            margin_bytes=margin_bytes,
-            download_workers=download_workers,
-            hash_workers=hash_workers or default_hash_workers(),
-            transfer=transfer,
-            t0=t0,
-        )
+        with _local_disk_errors(local_dir):
+            return _run(
+                spec,
+                commit,
+                local_dir,
+                client,
+                manifest,
+                progress=progress,
+                progress_interval=progress_interval,
+                free_space=free_space,
+                margin_bytes=margin_bytes,
+                download_workers=download_workers,
+                hash_workers=hash_workers or default_hash_workers(),
+                transfer=transfer,
+                t0=t0,
+            )
     finally:
         client.close()
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+@contextlib.contextmanager
+def _local_disk_errors(local_dir: Path) -> Iterator[None]:
+    """Turn the local disk refusing (full, read-only, permission denied) into a UserError naming the
+    path and what to do; other OS errors (network ones included) pass through."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRNOS:
+            raise
+        where = exc.filename or local_dir
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise UserError(
+                f"{where}: no space left while downloading ({format_bytes(free_bytes(local_dir))} free "
+                f"in {local_dir}): free some space or choose another --local-dir; what is complete is kept"
+            ) from None
+        raise UserError(
+            f"{where}: {exc.strerror or 'not writable'}: make {local_dir} writable for this user "
+            "or choose another --local-dir"
+        ) from None
 
 
 def _run(

@@ -371,8 +371,14 @@ def _timeline(record: RunRecord, charts: dict[str, Path]) -> Section:
     ]
     if serve_rows:
         sec.blocks.append(Table(headers=["vLLM server start", "Seconds"], rows=serve_rows, align_right=[1]))
-    if len(s.attempts) > 1:
-        sec.blocks.append(Para(text=f"The server needed {len(s.attempts)} start attempts."))
+    if len(s.attempts) > 1 or any(not a.get("ok") for a in s.attempts):
+        sec.blocks.append(Para(text=f"The server needed {len(s.attempts)} start attempt(s):"))
+        sec.blocks.append(Table(
+            headers=["Attempt", "Outcome", "Seconds", "Failure class", "What to change"],
+            rows=[[str(a.get("attempt", i + 1)), "healthy" if a.get("ok") else "failed", _f(a.get("seconds"), "s"),
+                   str(a.get("failure_class") or ("" if a.get("ok") else "unclassified")), str(a.get("remediation") or "")]
+                  for i, a in enumerate(s.attempts)],
+            align_right=[0, 2]))
     if "timeline" in charts:
         sec.blocks.append(Image(alt="Cold-load timeline", path=charts["timeline"]))
     return sec

@@ -84,6 +84,12 @@ def test_unknown_key_is_a_clear_error(blocks: None, vllm_server: Any, monkeypatc
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
     with pytest.raises(UserError, match=r"requires an API key roost does not know.*roost-vllm-api-key"):
         rebenchmark(host=HOST, notify=False)
+    # still a run: reported and stored as failed at "connect" (so a nightly run's Slack alert goes out)
+    from roost.store import load_records
+
+    last = load_records(model=LOCAL.repo_id, host=HOST)[-1]
+    assert (last.status, last.failed_stage, last.failure_class) == ("failed", "connect", "connect_failed")
+    assert "requires an API key" in last.failure_message and last.report_path
 
 
 def test_a_profile_other_than_what_runs_benchmarks_what_runs(blocks: None, vllm_server: Any, earlier_land: RunRecord,

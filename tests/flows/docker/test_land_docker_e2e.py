@@ -20,9 +20,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
 def test_land_through_docker(prefect_api: str, base_image: str, docker_engine) -> None:  # type: ignore[no-untyped-def]
     res = subprocess.run([str(Path(sys.executable).parent / "roost"), "run", "--host", "cpu-docker", "--json",
-                          "--no-notify"], capture_output=True, text=True, timeout=1800, env=dict(os.environ))
+                          "--no-notify", "--keep-serving", "--restart-policy", "unless-stopped"],
+                         capture_output=True, text=True, timeout=1800, env=dict(os.environ))
     assert res.returncode == 0, res.stderr[-4000:]
     record = json.loads(res.stdout[res.stdout.index("{"):])
+    # kept serving, in a container that Docker restarts unless stopped (the seeds' policy); then removed
+    kept = docker_engine.containers.list(filters={"label": f"{LABEL_MANAGED}=true"})
+    try:
+        assert len(kept) == 1 and kept[0].status == "running"
+        assert kept[0].attrs["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    finally:
+        for c in kept:
+            c.remove(force=True)
     meta = record["meta"]
     assert meta["backend"] == "docker" and meta["image"].startswith("roost/vllm:")
     assert meta["image_digest"]

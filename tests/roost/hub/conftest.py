@@ -6,38 +6,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
+from hub_samples import PRIVATE, REPO, SharedHub
 
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import publish_repo
 from roost.hub.testing import shard_name, write_checkpoint_files
-
-REPO = "acme/tiny"
-PRIVATE = "acme/private-model"
-
-
-@dataclass
-class SharedHub:
-    mirror: HubMirror
-    mirrors_root: Path
-    v1_src: Path
-    main_src: Path
-    v1: str
-    main: str
-
-    @property
-    def endpoint(self) -> str:
-        return self.mirror.endpoint
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="session")

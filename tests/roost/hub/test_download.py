@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PRIVATE, REPO, SharedHub, sha256_of
+from hub_samples import PRIVATE, REPO, SharedHub, sha256_of
 
 from roost.errors import CheckFailed, UserError
 from roost.hub.download import (

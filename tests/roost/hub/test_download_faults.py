@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import pytest
@@ -191,3 +193,28 @@ def test_selection_keeps_roost_bookkeeping_and_the_directory_safe() -> None:
     assert [f.path for f in picked] == ["a/model.safetensors", "config.json"]
     with pytest.raises(UserError, match="outside the download directory"):
         select_files([hub("../escape.json")], spec)
+
+
+# The local disk refusing mid-download: a full or read-only disk cannot be made here (and root
+# ignores permissions), so these raise the OSError the filesystem would (FAKE fault, named as such).
+@pytest.mark.parametrize(
+    ("err", "match"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device", "/models/m/model-00001.safetensors"),
+         r"^/models/m/model-00001.safetensors: no space left while downloading \(.* free in .*\): free some space"),
+        (OSError(errno.EROFS, "Read-only file system", "/models/m/config.json"),
+         r"^/models/m/config.json: Read-only file system: make .* writable for this user or choose another --local-dir"),
+    ],
+)
+def test_the_local_disk_refusing_is_a_user_error_naming_the_file(err: OSError, match: str, tmp_path: Path) -> None:
+    from roost.hub.download import _local_disk_errors
+
+    with pytest.raises(UserError, match=match), _local_disk_errors(tmp_path):
+        raise err
+
+
+def test_network_os_errors_pass_through_the_disk_guard(tmp_path: Path) -> None:
+    from roost.hub.download import _local_disk_errors
+
+    with pytest.raises(ConnectionResetError), _local_disk_errors(tmp_path):
+        raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")

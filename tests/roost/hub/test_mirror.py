@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import PRIVATE, REPO, SharedHub, sha256_of
+from hub_samples import PRIVATE, REPO, SharedHub, sha256_of
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import RepositoryNotFoundError
 from huggingface_hub.hf_api import RepoFile

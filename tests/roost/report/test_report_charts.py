@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import spark_record
+from report_samples import spark_record
 from test_report_write import assert_real_png
 
 from roost.records import BenchPoint, RunRecord

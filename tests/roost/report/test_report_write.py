@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import history, spark_record
 from matplotlib.image import imread
+from report_samples import history, spark_record
 
 from roost.records import RunRecord
 from roost.regress import compare
@@ -126,3 +126,16 @@ def test_html_is_self_contained(completed: ReportFiles) -> None:
     assert "<script" not in page
     assert "<td class=\"num\">12.6 tok/s</td>" in page
     assert "<code>MTP_ADVERTISED_NOT_SHIPPED</code>" in page
+
+
+def test_every_start_attempt_is_a_row_with_its_class_and_remedy(tmp_path: Path, record: RunRecord) -> None:
+    attempts = [
+        {"attempt": 1, "ok": False, "seconds": 74.2, "failure_class": "out_of_memory", "retryable": True,
+         "remediation": "Wait for the previous server to exit, or lower the KV pool."},
+        {"attempt": 2, "ok": True, "seconds": 161.3},
+    ]
+    retried = record.model_copy(update={"serve": record.serve.model_copy(update={"attempts": attempts})})
+    md = write_report(retried, [], None, tmp_path).markdown.read_text()
+    assert "The server needed 2 start attempt(s):" in md
+    assert "| 1 | failed | 74.2 s | out_of_memory | Wait for the previous server to exit, or lower the KV pool. |" in md
+    assert "| 2 | healthy | 161.3 s |  |  |" in md
