@@ -23,7 +23,7 @@ from prefect.context import get_run_context
 from pydantic import SecretStr
 
 import roost
-from roost.errors import RoostError, StageFailed, hide_roost_tracebacks
+from roost.errors import RoostError, StageFailed
 from roost.hosts import HostProfile
 from roost.net import free_port
 from roost.plan.preflight import PlanRefused, PlanReport
@@ -35,10 +35,6 @@ from roost.serve.health import server_version
 from roost.settings import roost_home
 
 MAX_COLD_LOAD_ATTEMPTS = 3
-
-# A roost error is an expected failure with its own one-line explanation: Prefect's engines log it
-# without a traceback (in the terminal and in the UI alike).
-hide_roost_tracebacks("prefect.task_runs", "prefect.flow_runs")
 
 
 @contextlib.contextmanager
@@ -150,7 +146,7 @@ def land(
 
         # 4+5. serve and health-wait, holding the host's only serving slot until teardown; a failed
         # cold load is classified and retried only if it can succeed
-        with _stage(record, "host-slot") as st:
+        with _stage(record, "host-slot"):
             ensure_host_limit(host_p.name)
             slot.enter_context(host_slot(host_p.name))
             spec = ServeSpec(model_dir=model_dir, served_model_name=prof.served_model_name,
