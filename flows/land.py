@@ -29,8 +29,7 @@ from roost.net import free_port
 from roost.plan.preflight import PlanRefused, PlanReport
 from roost.profiles import ModelProfile
 from roost.records import RunMeta, RunRecord, StageTiming
-from roost.serve.base import ServeSpec, check_vllm_args
-from roost.serve.docker_backend import RestartPolicy
+from roost.serve.base import RestartPolicy, ServeSpec, check_vllm_args
 from roost.serve.health import server_version
 from roost.settings import roost_home
 

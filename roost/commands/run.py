@@ -9,7 +9,7 @@ import typer
 
 from roost.commands._common import echo_json, user_errors
 from roost.errors import UserError
-from roost.serve.docker_backend import RestartPolicy
+from roost.serve.base import RestartPolicy
 
 if TYPE_CHECKING:
     from roost.profiles import ModelProfile

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 from roost.errors import UserError
+
+RestartPolicy = Literal["no", "always", "unless-stopped", "on-failure"]
+"""Docker's restart policies for a server container: the seeds run ``unless-stopped`` for one meant to stay up."""
 
 SECRET_FLAGS = ("--api-key", "--hf-token")
 """vLLM flags that carry a secret: refused in any argument list roost records, logs or passes on a command line."""

@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import BaseModel, Field
@@ -56,10 +56,6 @@ LogFn = Callable[[str], None]
 
 def _noop(_: str) -> None:
     return None
-
-
-RestartPolicy = Literal["no", "always", "unless-stopped", "on-failure"]
-"""Docker's restart policies: the seeds run ``unless-stopped`` for a server meant to stay up."""
 
 
 class StartFailed(StageFailed):
