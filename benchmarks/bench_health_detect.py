@@ -1,144 +1,173 @@
 """How long after /health turns 200 does the health wait notice? (target: under 0.5 s)
 
-A local HTTP server (a stand-in for vLLM's /health, FAKE by design: only it knows the exact instant
-the endpoint flips) answers 503 until a scheduled moment, then 200. ``wait_healthy`` polls it as
-it polls a real container; the detection delay is (moment noticed) - (moment of the flip). The
-``docker`` rows add what the container-aware wait really does between polls: ask the Docker engine
-for the state of a real (sleeping) roost container every ``container_check_every`` polls.
+This measures THE health wait (``roost.serve.health.wait_until_ready``) on both backends' real
+server objects: a ``ProcessServer`` (a child process, its log file read by the process backend)
+and a ``DockerServer`` (a container whose port Docker publishes, its log followed by the docker
+backend). What runs inside is a stand-in for vLLM's API, FAKE by design: only it knows the exact
+instant /health flips. It answers /health 503 until a scheduled moment (host clock; a container
+shares it), then 200, lists the served model and answers one-token completions, and logs a vLLM-like
+line every 0.2 s so the wait has new log text to read on its polls, as during a real cold load.
 
-Real vLLM containers in the test suite measure the same delay from the container log's
-"Application startup complete." timestamp (see tests/roost/serve/docker/test_docker_backend.py).
+The delay is (roost saw /health 200: ``Readiness.health_ok_at``) - (scheduled flip). Each trial
+flips at a random phase of the poll, 0.3-0.8 s after the wait starts.
 
-    python benchmarks/bench_health_detect.py [--trials 20] [--docker]
+    python benchmarks/bench_health_detect.py [--trials 20] [--no-docker]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import http.server
 import random
 import statistics
-import threading
+import sys
+import tempfile
 import time
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from roost.serve.docker_backend import wait_healthy
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from roost.net import free_port  # noqa: E402
+from roost.serve.base import Server, ServeSpec  # noqa: E402
+from roost.serve.docker.containers import LABEL_HOST, LABEL_MODEL, DockerServer  # noqa: E402
+from roost.serve.docker.images import docker_client  # noqa: E402
+from roost.serve.dockerfile import LABEL_MANAGED  # noqa: E402
+from roost.serve.health import wait_until_ready  # noqa: E402
+from roost.serve.process import start_process_server  # noqa: E402
 
 TARGET_S = 0.5
+ROOTFS_IMAGE = "roost/debian-bookworm:minbase"
+POLLS_S = (0.05, 0.1, 0.25)
+
+# The stand-in: `<python> FLIP --port N` (the process backend passes vLLM's argv; only --port matters).
+FLIP = r'''
+import http.server, json, sys, threading, time
+port = int(sys.argv[sys.argv.index("--port") + 1])
+state = {"flip_at": float("inf")}
+
+class H(http.server.BaseHTTPRequestHandler):
+    def _send(self, code, body=b""):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/health":
+            return self._send(200 if time.time() >= state["flip_at"] else 503)
+        if self.path == "/v1/models":
+            return self._send(200, json.dumps({"data": [{"id": "bench"}]}).encode())
+        return self._send(404)
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path == "/flip":
+            state["flip_at"] = float(body)
+            return self._send(204)
+        return self._send(200, json.dumps({"choices": [{"text": "x"}]}).encode())
+
+    def log_message(self, *a):
+        pass
+
+def chatter():
+    n = 0
+    while True:
+        n += 1
+        print(f"(EngineCore pid=1) INFO [gpu_model_runner.py:1] warming up model: step {n}", flush=True)
+        time.sleep(0.2)
+
+threading.Thread(target=chatter, daemon=True).start()
+print("INFO:     Application startup complete.", flush=True)
+http.server.ThreadingHTTPServer(("0.0.0.0", port), H).serve_forever()
+'''
 
 
-class FlipServer:
-    """/health: 503 before ``flip_at`` (time.monotonic), 200 after."""
-
-    def __init__(self) -> None:
-        self.flip_at = float("inf")
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                ok = time.monotonic() >= outer.flip_at
-                self.send_response(200 if ok else 503)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+@contextmanager
+def process_server(tmp: Path) -> Iterator[Server]:
+    python = tmp / "python"
+    python.write_text(f"#!{sys.executable}\n{FLIP}")
+    python.chmod(0o755)
+    model = tmp / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    spec = ServeSpec(model_dir=model, served_model_name="bench", port=free_port(), log_path=tmp / "flip.log")
+    server = start_process_server(spec, python=python, host_name="bench-health")
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
-class LocalHandle:
-    """A ServerHandle over the flip server (always 'running')."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-        self.served_model_name = "bench"
-
-    def is_running(self) -> bool:
-        return True
-
-    def exit_code(self) -> int | None:
-        return None
-
-    def logs(self) -> str:
-        return ""
-
-    def stop(self) -> None:
-        return None
+@contextmanager
+def docker_server() -> Iterator[Server]:
+    client = docker_client()
+    port = free_port()
+    container = client.containers.run(
+        ROOTFS_IMAGE, ["python3", "-c", FLIP, "--port", str(port)], detach=True, init=True,
+        name=f"roost-bench-health-{random.randrange(1 << 30):x}", ports={f"{port}/tcp": ("127.0.0.1", port)},
+        labels={LABEL_MANAGED: "true", LABEL_HOST: "bench-health", LABEL_MODEL: "bench"},
+    )
+    server = DockerServer(client, container, base_url=f"http://127.0.0.1:{port}", served_model_name="bench",
+                          host_name="bench-health", port=port, image=ROOTFS_IMAGE)
+    try:
+        yield server
+    finally:
+        server.stop()
+        client.close()
 
 
-class ContainerBackedHandle(LocalHandle):
-    """Same endpoint, but liveness comes from a real container through the Docker API."""
-
-    def __init__(self, base_url: str, container: Any) -> None:
-        super().__init__(base_url)
-        self.container = container
-
-    def is_running(self) -> bool:
-        self.container.reload()
-        return bool(self.container.attrs["State"]["Running"])
-
-
-def measure(handle: LocalHandle, server: FlipServer, poll_s: float, trials: int) -> list[float]:
-    delays: list[float] = []
+def measure(server: Server, poll_s: float, trials: int) -> tuple[list[float], list[float]]:
+    """(detection delays, the wait's own upper bounds ``detect_delay_s``) over ``trials`` waits."""
+    deadline = time.monotonic() + 30
+    while True:  # the stand-in is up when /health answers at all
+        try:
+            httpx.get(f"{server.base_url}/health", timeout=1)
+            break
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the stand-in never answered: {server.logs()[-2000:]}") from None
+            time.sleep(0.1)
+    delays, bounds = [], []
     for _ in range(trials):
-        server.flip_at = time.monotonic() + 0.3 + random.random() * 0.5  # flips mid-poll at a random phase
-        start = time.monotonic()
-        w = wait_healthy(handle, timeout_s=30, poll_s=poll_s)  # type: ignore[arg-type]
-        noticed = time.monotonic()
-        assert w.healthy, "the flip server never answered 200"
-        delays.append(noticed - server.flip_at)
-        assert noticed - start < 30
-        server.flip_at = float("inf")
-    return delays
+        flip_at = time.time() + 0.3 + random.random() * 0.5  # flips at a random phase of the poll
+        httpx.post(f"{server.base_url}/flip", content=repr(flip_at), timeout=5).raise_for_status()
+        ready = wait_until_ready(server, api_key=None, timeout_s=30, poll_interval_s=poll_s)
+        delays.append(ready.health_ok_at - flip_at)
+        bounds.append(ready.detect_delay_s)
+        httpx.post(f"{server.base_url}/flip", content="inf", timeout=5).raise_for_status()
+    return delays, bounds
 
 
-def row(label: str, poll_s: float, delays: list[float]) -> str:
+def row(label: str, poll_s: float, delays: list[float], bounds: list[float]) -> str:
     med = statistics.median(delays)
     p90 = statistics.quantiles(delays, n=10)[-1] if len(delays) >= 2 else delays[0]
     worst = max(delays)
-    return (f"{label:<10} {poll_s * 1000:>7.0f} {len(delays):>6} {med * 1000:>9.1f} {p90 * 1000:>8.1f} "
-            f"{worst * 1000:>8.1f} {worst / TARGET_S:>11.2f}")
+    return (f"{label:<8} {poll_s * 1000:>7.0f} {len(delays):>6} {med * 1000:>9.1f} {p90 * 1000:>8.1f} "
+            f"{worst * 1000:>8.1f} {max(bounds) * 1000:>12.1f} {worst / TARGET_S:>11.2f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=20)
-    ap.add_argument("--docker", action="store_true", help="also measure with real container state checks")
-    ap.add_argument("--image", default="roost/debian-bookworm:minbase", help="image for the sleeping container")
+    ap.add_argument("--no-docker", action="store_true", help="measure the process backend only")
     args = ap.parse_args()
 
-    server = FlipServer()
-    base = f"http://127.0.0.1:{server.port}"
-    print(f"health-wait detection delay, {args.trials} trials per row, target < {TARGET_S * 1000:.0f} ms "
-          f"({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC)")
-    print(f"{'liveness':<10} {'poll ms':>7} {'trials':>6} {'median ms':>9} {'p90 ms':>8} {'max ms':>8} "
-          f"{'max/target':>11}")
-    container = None
-    try:
-        for poll_s in (0.05, 0.1, 0.25):
-            print(row("local", poll_s, measure(LocalHandle(base), server, poll_s, args.trials)))
-        if args.docker:
-            import docker
-
-            client = docker.from_env(version="auto")
-            container = client.containers.run(args.image, ["sleep", "600"], detach=True,
-                                              labels={"ai.roost.managed": "true", "ai.roost.host": "bench"},
-                                              name=f"roost-bench-health-{random.randrange(1 << 30):x}")
-            for poll_s in (0.05, 0.1, 0.25):
-                handle = ContainerBackedHandle(base, container)
-                print(row("docker", poll_s, measure(handle, server, poll_s, args.trials)))
-    finally:
-        server.close()
-        if container is not None:
-            container.remove(force=True)
+    print(f"health-wait detection delay (wait_until_ready), {args.trials} trials per row, target < "
+          f"{TARGET_S * 1000:.0f} ms ({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC)")
+    print(f"{'backend':<8} {'poll ms':>7} {'trials':>6} {'median ms':>9} {'p90 ms':>8} {'max ms':>8} "
+          f"{'bound max ms':>12} {'max/target':>11}")
+    with tempfile.TemporaryDirectory(prefix="bench-health-") as tmp, process_server(Path(tmp)) as server:
+        for poll_s in POLLS_S:
+            print(row("process", poll_s, *measure(server, poll_s, args.trials)), flush=True)
+    if not args.no_docker:
+        with docker_server() as server:
+            for poll_s in POLLS_S:
+                print(row("docker", poll_s, *measure(server, poll_s, args.trials)), flush=True)
 
 
 if __name__ == "__main__":

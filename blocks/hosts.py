@@ -1,27 +1,37 @@
-"""``SparkHost``: a serving machine as a Prefect block, the same fields as ``roost.hosts.HostProfile``.
+"""``HostBlock`` (block type ``roost-host``, "Roost Host"): a serving machine as a Prefect block, the
+same fields as ``roost.hosts.HostProfile``.
 
 One document per host, named like the host (``spark``, ``cpu``, ``spark-2``...); the host name is
 also the name of its work queue and of its concurrency limit ``roost-serve-<host>``.
+
+Earlier releases saved hosts as ``spark-host`` documents ("Spark Host", although the type also
+described CPU hosts). ``roost setup`` copies each into a ``roost-host`` document of the same
+name, and ``blocks.resolve`` reads a ``spark-host`` document when no ``roost-host`` one exists;
+roost never writes or deletes ``spark-host`` documents (workers not yet updated still read them).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from prefect.blocks.core import Block
 from pydantic import Field
 
 from roost.hosts import HOSTS, HostProfile
 
+LEGACY_HOST_SLUG = "spark-host"
+"""Block type slug of the host documents earlier releases saved: read, migrated, never written."""
 
-class SparkHost(Block):
-    """A machine vLLM is served on (a DGX Spark, or this CPU): memory budget, bandwidth, Docker engine."""
 
-    _block_type_name: ClassVar[str | None] = "Spark Host"
-    _block_type_slug: ClassVar[str | None] = "spark-host"
+class HostBlock(Block):
+    """A machine vLLM is served on (a DGX Spark, or a CPU): memory budget, bandwidth, how vLLM runs."""
+
+    _block_type_name: ClassVar[str | None] = "Roost Host"
+    _block_type_slug: ClassVar[str | None] = "roost-host"
     _description: ClassVar[str | None] = (
-        "A machine roost serves vLLM on: its Docker engine, memory budget, bandwidth and bind addresses. "
-        "The document name is the host name (work queue and concurrency limit roost-serve-<host>)."
+        "A machine roost serves vLLM on (a DGX Spark or a CPU): how vLLM runs there, its memory budget, "
+        "bandwidth and bind addresses. The document name is the host name (work queue and concurrency "
+        "limit roost-serve-<host>)."
     )
 
     name: str = Field(description="Stable host name; also the work queue and concurrency-limit name.")
@@ -43,10 +53,18 @@ class SparkHost(Block):
         return HostProfile.model_validate({k: getattr(self, k) for k in HostProfile.model_fields})
 
     @classmethod
-    def from_profile(cls, profile: HostProfile) -> SparkHost:
+    def from_profile(cls, profile: HostProfile) -> HostBlock:
         return cls(**profile.model_dump())
 
 
-def builtin_host_documents() -> dict[str, SparkHost]:
+def host_fields(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """The ``HostProfile`` fields of a saved host document's data (either slug), named ``name``.
+
+    The document name is the host's name, whatever its ``name`` field says.
+    """
+    return {k: v for k, v in data.items() if k in HostProfile.model_fields} | {"name": name}
+
+
+def builtin_host_documents() -> dict[str, HostBlock]:
     """The documents ``roost setup`` saves: one per built-in host, named like the host."""
-    return {name: SparkHost.from_profile(h) for name, h in HOSTS.items()}
+    return {name: HostBlock.from_profile(h) for name, h in HOSTS.items()}

@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 from prefect.blocks.core import Block
 from pydantic import Field
 
-from roost.profiles import DEFAULT_ALLOW, DEFAULT_IGNORE, PROFILES, ModelProfile
+from roost.hub.patterns import DEFAULT_ALLOW_PATTERNS, DEFAULT_IGNORE_PATTERNS
+from roost.profiles import PROFILES, ModelProfile
 
 
 def profile_document_name(profile_name: str) -> str:
@@ -38,8 +39,8 @@ class ModelProfileBlock(Block):
     revision: str = Field(default="main", description="Branch, tag or commit.")
     served_model_name: str = Field(description="The model name clients send (vLLM --served-model-name).")
     host: str = Field(default="spark", description="Host profile to serve on.")
-    allow_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW), description="Files to download.")
-    ignore_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE), description="Files never downloaded.")
+    allow_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW_PATTERNS), description="Files to download.")
+    ignore_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE_PATTERNS), description="Files never downloaded.")
     max_model_len: int | None = Field(default=None, description="None: the model's native window.")
     kv_cache_memory_bytes: int | None = Field(default=None,
                                               description="None: the plan's smallest pool for target_concurrency.")
@@ -68,5 +69,6 @@ class ModelProfileBlock(Block):
 
 
 def builtin_profile_documents() -> dict[str, ModelProfileBlock]:
-    """The documents ``roost setup`` saves: the three seed recipes and the local demo."""
+    """The documents ``roost setup`` saves: the Ornith 1.0 35B, Ornith 1.0 9B and Ornith 1.5 35B-A3B NVFP4
+    recipes and the local demo."""
     return {profile_document_name(name): ModelProfileBlock.from_profile(p) for name, p in PROFILES.items()}

@@ -4,8 +4,10 @@ are the fallback.
 ``load_profile("ornith-9b")`` reads the ``model-profile/ornith-9b`` document if one is saved (what
 ``roost setup`` saved, or what someone edited in the UI) and otherwise returns the built-in
 ``roost.profiles`` entry; an unknown name is a UserError listing both kinds. ``load_host`` does the
-same with ``spark-host`` documents. One API read each; nothing is cached, so an edit in the UI
-applies to the next run.
+same with ``roost-host`` documents, and reads the ``spark-host`` document earlier releases saved
+when there is no ``roost-host`` one yet (a worker updated before ``roost setup`` migrated them still
+finds the user's hosts). One API read each (two for a host without a ``roost-host`` document);
+nothing is cached, so an edit in the UI applies to the next run.
 
 The vLLM API key comes from ``VLLM_API_KEY`` when set, else from the optional Secret block
 ``roost-vllm-api-key``. Its value is only ever returned as a ``SecretStr``; it is never logged.
@@ -13,12 +15,16 @@ The vLLM API key comes from ``VLLM_API_KEY`` when set, else from the optional Se
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Literal
 
+from prefect.blocks.system import Secret
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from pydantic import SecretStr, ValidationError
 
-from blocks.hosts import SparkHost
+from blocks.hosts import LEGACY_HOST_SLUG, HostBlock, host_fields
 from blocks.profiles import ModelProfileBlock, profile_document_name
 from roost.errors import UserError
 from roost.hosts import HOSTS, HostProfile
@@ -32,9 +38,6 @@ ApiKeySource = Literal["env", "secret-block", "none"]
 
 def _read_document(block_type_slug: str, name: str) -> dict[str, Any] | None:
     """The data of a saved block document, or None when there is none (or the type is unregistered)."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
     try:
         with get_client(sync_client=True) as client:
             doc = client.read_block_document_by_name(name=name, block_type_slug=block_type_slug)
@@ -43,22 +46,28 @@ def _read_document(block_type_slug: str, name: str) -> dict[str, Any] | None:
     return dict(doc.data)
 
 
-def _document_names(block_type_slug: str) -> list[str]:
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
+def read_documents(block_type_slug: str, client: SyncPrefectClient | None = None) -> dict[str, dict[str, Any]]:
+    """Every named (non-anonymous) document of a block type: name -> data; empty when the type is unregistered."""
     try:
-        with get_client(sync_client=True) as client:
+        with contextlib.ExitStack() as stack:
+            if client is None:
+                client = stack.enter_context(get_client(sync_client=True))
             docs = client.read_block_documents_by_type(block_type_slug=block_type_slug)
-    except ObjectNotFound:
-        return []
-    return sorted(d.name for d in docs if d.name and not d.is_anonymous)
+    except PrefectHTTPStatusError as exc:  # this call reports an unregistered type as a bare 404
+        if exc.response.status_code == 404:
+            return {}
+        raise
+    return {d.name: dict(d.data) for d in sorted(docs, key=lambda d: d.name or "") if d.name and not d.is_anonymous}
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """A validation error as one line: ``field: message; field: message``."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors())
 
 
 def _invalid(slug: str, doc: str, exc: ValidationError) -> UserError:
-    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors())
-    return UserError(f"block document {slug}/{doc} is invalid ({problems}): fix it in the Prefect UI (Blocks) "
-                     "or delete it to use the built-in")
+    return UserError(f"block document {slug}/{doc} is invalid ({validation_problems(exc)}): fix it in the "
+                     "Prefect UI (Blocks) or delete it to use the built-in")
 
 
 def load_profile(name: str) -> ModelProfile:
@@ -80,19 +89,19 @@ def load_profile(name: str) -> ModelProfile:
 
 
 def load_host(name: str) -> HostProfile:
-    """The host ``name``: its ``spark-host`` block document if saved, else the built-in.
+    """The host ``name``: its ``roost-host`` block document if saved, else its legacy ``spark-host``
+    document if saved, else the built-in.
 
     The document's name is the host's name (the work queue and the concurrency limit use it).
     """
-    slug = SparkHost.get_block_type_slug()
-    data = _read_document(slug, name) if name else None
-    if data is not None:
-        fields = {k: v for k, v in data.items() if k in HostProfile.model_fields}
-        fields["name"] = name
-        try:
-            return HostProfile.model_validate(fields)
-        except ValidationError as exc:
-            raise _invalid(slug, name, exc) from None
+    slug = HostBlock.get_block_type_slug()
+    for doc_slug in (slug, LEGACY_HOST_SLUG):
+        data = _read_document(doc_slug, name) if name else None
+        if data is not None:
+            try:
+                return HostProfile.model_validate(host_fields(data, name))
+            except ValidationError as exc:
+                raise _invalid(doc_slug, name, exc) from None
     if name in HOSTS:
         return HOSTS[name]
     raise UserError(f"unknown host {name!r}: choose one of {', '.join(known_host_names())} "
@@ -104,20 +113,10 @@ def all_profiles() -> dict[str, ModelProfile]:
 
     A document that does not validate is skipped here (``load_profile`` of its name reports why).
     """
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
     profiles = dict(PROFILES)
-    try:
-        with get_client(sync_client=True) as client:
-            docs = client.read_block_documents_by_type(block_type_slug=ModelProfileBlock.get_block_type_slug())
-    except ObjectNotFound:
-        docs = []
-    for d in sorted(docs, key=lambda d: d.name or ""):
-        if not d.name or d.is_anonymous:
-            continue
-        fields = {k: v for k, v in d.data.items() if k in ModelProfile.model_fields}
-        fields["name"] = fields.get("name") or d.name
+    for doc, data in read_documents(ModelProfileBlock.get_block_type_slug()).items():
+        fields = {k: v for k, v in data.items() if k in ModelProfile.model_fields}
+        fields["name"] = fields.get("name") or doc
         try:
             prof = ModelProfile.model_validate(fields)
         except ValidationError:
@@ -132,8 +131,9 @@ def known_profile_names() -> list[str]:
 
 
 def known_host_names() -> list[str]:
-    """Built-in host names plus every saved spark-host document name."""
-    return sorted(set(HOSTS) | set(_document_names(SparkHost.get_block_type_slug())))
+    """Built-in host names plus every saved roost-host (and legacy spark-host) document name."""
+    saved = read_documents(HostBlock.get_block_type_slug()) | read_documents(LEGACY_HOST_SLUG)
+    return sorted(set(HOSTS) | set(saved))
 
 
 def vllm_api_key_with_source() -> tuple[SecretStr | None, ApiKeySource]:
@@ -141,8 +141,6 @@ def vllm_api_key_with_source() -> tuple[SecretStr | None, ApiKeySource]:
     env = os.environ.get("VLLM_API_KEY")
     if env:
         return SecretStr(env), "env"
-    from prefect.blocks.system import Secret
-
     data = _read_document(Secret.get_block_type_slug(), VLLM_API_KEY_BLOCK)
     if data is None:
         return None, "none"

@@ -20,13 +20,18 @@ this and everything else).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
+from prefect.client.orchestration import get_client
+from prefect.deployments.runner import RunnerDeployment
+from prefect.exceptions import ObjectNotFound
+from prefect.runner.storage import LocalStorage
+from prefect.schedules import Cron
+from prefect.utilities.annotations import freeze
+
+from blocks.resolve import all_profiles, load_host
 from roost.hosts import HostProfile
 from roost.profiles import PROFILES, ModelProfile
-
-if TYPE_CHECKING:
-    from prefect.deployments.runner import RunnerDeployment
 
 DEFAULT_POOL = "roost-spark"
 DEFAULT_CRON = "0 3 * * *"
@@ -101,11 +106,6 @@ def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: 
                      source: Path | None = None, cron: str | None = None, timezone: str = DEFAULT_TIMEZONE,
                      entrypoint: str | None = None, parameters: dict[str, Any] | None = None) -> RunnerDeployment:
     """The deployment ``<flow_name>/<host>`` on work queue ``<host>`` of ``pool``, loaded from ``source``."""
-    from prefect.deployments.runner import RunnerDeployment
-    from prefect.runner.storage import LocalStorage
-    from prefect.schedules import Cron
-    from prefect.utilities.annotations import freeze
-
     params: dict[str, Any] = {"host": freeze(host.name)}
     if flow_name in ("land", "audit", "rebenchmark"):
         params["profile"] = default_profile(host, profiles)
@@ -190,9 +190,6 @@ def apply_deployment(dep: RunnerDeployment) -> tuple[Status, list[str]]:
     Returns the status and the names of the fields that differed (empty when unchanged). An
     unchanged deployment is not written at all, so its schedule and scheduled runs stay as they are.
     """
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
     version_info = dep._get_deployment_version_info(dep.version_type)
     want = _desired(dep)
     with get_client(sync_client=True) as client:
@@ -214,8 +211,6 @@ def apply_deployment(dep: RunnerDeployment) -> tuple[Status, list[str]]:
 
 def main() -> None:  # pragma: no cover (a thin entry point; roost setup is the tested path)
     """Apply the deployments for the built-in hosts to the server at PREFECT_API_URL."""
-    from blocks.resolve import all_profiles, load_host
-
     profiles = all_profiles()
     for dep in build_deployments([load_host("spark"), load_host("cpu")], pool=DEFAULT_POOL, profiles=profiles):
         status, changed = apply_deployment(dep)

@@ -1,8 +1,9 @@
 """``roost setup``: put everything roost needs on a Prefect server, idempotently.
 
-In order: the block types (``spark-host``, ``model-profile``) and one document per built-in host
-and profile; the ``process`` work pool; one work queue per host; the per-host global concurrency
-limits ``roost-serve-<host>`` (limit 1) the serve stage takes with ``strict=True``; the automation
+In order: the block types (``roost-host``, ``model-profile``, ``roost-slack-notifier``) and one
+document per built-in host and profile; the ``process`` work pool; one work queue per host; the
+per-host global concurrency limits ``roost-serve-<host>`` (one slot, created by
+``tasks.host_slot.ensure_host_limit``) the serve stage takes with ``strict=True``; the automation
 that marks a roost flow run crashed when its heartbeats stop (a worker or machine that died
 mid-run); and the deployments of ``deployments.deploy``.
 
@@ -10,16 +11,43 @@ Each object is read first and written only when missing or different, and report
 ``created``, ``updated`` or ``unchanged``; a second run reports everything ``unchanged`` and writes
 nothing. A block document someone edited (in the UI) is ``kept``, not reverted, unless
 ``reset_blocks``.
+
+Host documents saved by earlier releases (block type ``spark-host``) are ``migrated``: each is
+copied, edits included, into a ``roost-host`` document of the same name when that name has none
+yet (before the built-in would be saved under it). The ``spark-host`` document is left in place
+for workers not yet updated, and later runs say whether it still matches; one that no longer
+validates is not migrated (``kept``, with the reason) and the built-in is not saved over its name.
+The ``spark-host`` block type is not registered on a server that never had it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import shlex
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from prefect.automations import Automation
+from prefect.blocks.core import Block
+from prefect.blocks.system import Secret
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
+from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.schedules import CronSchedule
+from prefect.events.actions import ChangeFlowRunState
+from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
+from prefect.events.schemas.events import ResourceSpecification
+from prefect.exceptions import ObjectNotFound
+from prefect.settings import PREFECT_API_URL
+from prefect.workers.process import ProcessWorker
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 
+from blocks.hosts import LEGACY_HOST_SLUG, HostBlock, builtin_host_documents, host_fields
+from blocks.profiles import ModelProfileBlock, builtin_profile_documents
+from blocks.resolve import VLLM_API_KEY_BLOCK, all_profiles, load_host, read_documents, validation_problems
+from blocks.slack import SlackNotifier
 from deployments.deploy import (
     DEFAULT_CRON,
     DEFAULT_POOL,
@@ -28,11 +56,8 @@ from deployments.deploy import (
     build_deployments,
 )
 from roost.errors import UserError
-
-if TYPE_CHECKING:
-    from prefect.automations import Automation
-    from prefect.blocks.core import Block
-    from prefect.client.orchestration import SyncPrefectClient
+from roost.hosts import HostProfile
+from tasks.host_slot import SLOTS_PER_HOST, ensure_host_limit, host_limit_name
 
 ZOMBIE_AUTOMATION = "roost-crash-zombie-runs"
 DEFAULT_ZOMBIE_AFTER_S = 90.0
@@ -40,7 +65,9 @@ DEFAULT_HOSTS = ("spark", "cpu")
 
 Kind = Literal["block-type", "block", "secret", "work-pool", "work-queue", "concurrency-limit", "automation",
                "deployment"]
-Status = Literal["created", "updated", "unchanged", "kept"]
+Status = Literal["created", "updated", "migrated", "unchanged", "kept"]
+CHANGED: tuple[Status, ...] = ("created", "updated", "migrated")
+"""The statuses of an object this run wrote."""
 
 
 class SetupItem(BaseModel):
@@ -60,13 +87,11 @@ class SetupReport(BaseModel):
 
     @property
     def changed(self) -> list[SetupItem]:
-        """The items this run created or updated (empty on a repeated run)."""
-        return [i for i in self.items if i.status in ("created", "updated")]
+        """The items this run created, updated or migrated (empty on a repeated run)."""
+        return [i for i in self.items if i.status in CHANGED]
 
 
 def _api_url() -> str:
-    from prefect.settings import PREFECT_API_URL
-
     url = PREFECT_API_URL.value()
     if not url:
         raise UserError("PREFECT_API_URL is not set: start a server (`prefect server start`) and "
@@ -79,10 +104,6 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
           zombie_after_s: float = DEFAULT_ZOMBIE_AFTER_S, reset_blocks: bool = False,
           store_api_key: bool = False) -> SetupReport:
     """Apply roost's blocks, work pool, queues, limits, automation and deployments to the API server."""
-    from prefect.client.orchestration import get_client
-
-    from blocks.resolve import all_profiles, load_host
-
     hosts = list(hosts or DEFAULT_HOSTS)
     if not hosts or any(not h for h in hosts):
         raise UserError("--hosts needs at least one host name, comma-separated (e.g. spark,cpu)")
@@ -95,9 +116,12 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
         if (exc := client.api_healthcheck()) is not None:
             raise UserError(f"the Prefect API at {report.api_url} does not answer ({type(exc).__name__}: {exc}); "
                             "start it with `prefect server start` or fix PREFECT_API_URL")
-        host_profiles = [load_host(h) for h in hosts]  # before writing anything: an unknown host changes nothing
+        # before writing anything: an unknown host changes nothing (a legacy spark-host document counts)
+        host_profiles = [load_host(h) for h in hosts]
         report.items += _block_types(client)
-        report.items += _block_documents(client, reset=reset_blocks)
+        report.items += _host_documents(client, reset=reset_blocks)
+        report.items += [_builtin_document(client, name, block, reset=reset_blocks)
+                         for name, block in builtin_profile_documents().items()]
         report.items.append(_api_key_secret(client, store=store_api_key))
         report.items.append(_work_pool(client, pool))
         for h in host_profiles:
@@ -114,9 +138,6 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
 
 
 def _check_cron(cron: str, timezone: str) -> None:
-    from prefect.client.schemas.schedules import CronSchedule
-    from pydantic import ValidationError
-
     try:
         CronSchedule(cron=cron, timezone=timezone)
     except ValidationError as exc:
@@ -127,16 +148,10 @@ def _check_cron(cron: str, timezone: str) -> None:
 
 
 def _block_types(client: SyncPrefectClient) -> list[SetupItem]:
-    from prefect.exceptions import ObjectNotFound
-
-    from blocks.hosts import SparkHost
-    from blocks.profiles import ModelProfileBlock
-    from blocks.slack import SlackNotifier
-
     items: list[SetupItem] = []
     block_cls: type[Block]
     # the Slack block type too, so that the UI offers it (roost saves no Slack document: it holds a token)
-    for block_cls in (SparkHost, ModelProfileBlock, SlackNotifier):
+    for block_cls in (HostBlock, ModelProfileBlock, SlackNotifier):
         slug = block_cls.get_block_type_slug()
         status: Status = "unchanged"
         try:
@@ -156,52 +171,100 @@ def _block_types(client: SyncPrefectClient) -> list[SetupItem]:
     return items
 
 
-def _block_documents(client: SyncPrefectClient, *, reset: bool) -> list[SetupItem]:
-    from prefect.exceptions import ObjectNotFound
+def _read_data(client: SyncPrefectClient, slug: str, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(client.read_block_document_by_name(name=name, block_type_slug=slug).data)
+    except ObjectNotFound:
+        return None
 
-    from blocks.hosts import builtin_host_documents
-    from blocks.profiles import builtin_profile_documents
 
+def _builtin_document(client: SyncPrefectClient, name: str, block: Block, *, reset: bool,
+                      note: str = "") -> SetupItem:
+    """Save the built-in document ``name`` when missing; report an edited one ``kept`` (reverted with ``reset``)."""
+    slug = block.get_block_type_slug()
+    want = block.model_dump(mode="json", exclude={"block_type_slug"})
+    have = _read_data(client, slug, name)
+    label = f"{slug}/{name}"
+    if have is None:
+        block.save(name)
+        return SetupItem(kind="block", name=label, status="created", detail=note)
+    if {k: have.get(k) for k in want} == want:
+        return SetupItem(kind="block", name=label, status="unchanged", detail=note)
+    if reset:
+        block.save(name, overwrite=True)
+        return SetupItem(kind="block", name=label, status="updated", detail=_join("reset to the built-in", note))
+    differ = sorted(k for k in want if have.get(k) != want[k])
+    return SetupItem(kind="block", name=label, status="kept",
+                     detail=_join(f"edited ({', '.join(differ)}); kept (--reset-blocks reverts it)", note))
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _differing_fields(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The ``HostProfile`` fields whose values differ between two host documents' data."""
+    return sorted(k for k in HostProfile.model_fields if k != "name" and a.get(k) != b.get(k))
+
+
+def _host_documents(client: SyncPrefectClient, *, reset: bool) -> list[SetupItem]:
+    """The built-in host documents, and the migration of every legacy ``spark-host`` document.
+
+    A legacy document whose name has no ``roost-host`` document yet is migrated (its edits kept),
+    except a built-in's with ``reset``, which gets the built-in. Where both exist, roost reads the
+    ``roost-host`` one and the detail says whether the legacy copy still matches it.
+    """
+    slug = HostBlock.get_block_type_slug()
+    builtins = builtin_host_documents()
+    legacy = read_documents(LEGACY_HOST_SLUG, client)
     items: list[SetupItem] = []
-    docs: dict[str, Block] = {**builtin_host_documents(), **builtin_profile_documents()}
-    for name, block in docs.items():
-        slug = block.get_block_type_slug()
-        want = block.model_dump(mode="json", exclude={"block_type_slug"})
-        try:
-            have = dict(client.read_block_document_by_name(name=name, block_type_slug=slug).data)
-        except ObjectNotFound:
-            have = None
-        label = f"{slug}/{name}"
-        if have is None:
-            block.save(name)
-            items.append(SetupItem(kind="block", name=label, status="created"))
-        elif {k: have.get(k) for k in want} == want:
-            items.append(SetupItem(kind="block", name=label, status="unchanged"))
-        elif reset:
-            block.save(name, overwrite=True)
-            items.append(SetupItem(kind="block", name=label, status="updated", detail="reset to the built-in"))
+    for name in [*builtins, *(n for n in legacy if n not in builtins)]:
+        old = legacy.get(name)
+        have = _read_data(client, slug, name) if old is not None else None
+        if old is not None and have is None and not (reset and name in builtins):
+            items.append(_migrate(name, old, builtins.get(name)))
+            continue
+        note = _legacy_note(name, old, have)
+        if name in builtins:
+            items.append(_builtin_document(client, name, builtins[name], reset=reset, note=note))
         else:
-            differ = sorted(k for k in want if have.get(k) != want[k])
-            items.append(SetupItem(kind="block", name=label, status="kept",
-                                   detail=f"edited ({', '.join(differ)}); kept (--reset-blocks reverts it)"))
+            items.append(SetupItem(kind="block", name=f"{slug}/{name}", status="unchanged", detail=note))
     return items
+
+
+def _migrate(name: str, old: dict[str, Any], builtin: HostBlock | None) -> SetupItem:
+    """Copy the legacy document ``spark-host/<name>`` into ``roost-host/<name>``, values unchanged."""
+    try:
+        block = HostBlock(**host_fields(old, name))
+    except ValidationError as exc:
+        return SetupItem(kind="block", name=f"{LEGACY_HOST_SLUG}/{name}", status="kept",
+                         detail=f"invalid ({validation_problems(exc)}): not migrated; fix it in the Prefect UI "
+                                "(Blocks) and run roost setup again, or delete it")
+    block.save(name)
+    detail = f"from {LEGACY_HOST_SLUG}/{name}"
+    if builtin is not None and (edited := _differing_fields(old, builtin.model_dump(mode="json"))):
+        detail += f", edits kept ({', '.join(edited)})"
+    return SetupItem(kind="block", name=f"{block.get_block_type_slug()}/{name}", status="migrated",
+                     detail=f"{detail}; {LEGACY_HOST_SLUG}/{name} stays for workers not yet updated")
+
+
+def _legacy_note(name: str, old: dict[str, Any] | None, have: dict[str, Any] | None) -> str:
+    """What to tell about the legacy document ``spark-host/<name>`` next to its ``roost-host`` one."""
+    if old is None:
+        return ""
+    legacy = f"{LEGACY_HOST_SLUG}/{name}"
+    if have is None:
+        return f"{legacy} not migrated (--reset-blocks)"
+    if differ := _differing_fields(old, have):
+        return (f"{legacy} differs ({', '.join(differ)}): roost reads this document, edit it here; "
+                "delete the legacy one once every worker runs this version")
+    return f"{legacy} is a legacy copy: delete it once every worker runs this version"
 
 
 def _api_key_secret(client: SyncPrefectClient, *, store: bool) -> SetupItem:
     """Report the optional ``roost-vllm-api-key`` Secret; with ``store``, save ``VLLM_API_KEY`` into it."""
-    import os
-
-    from prefect.blocks.system import Secret
-    from prefect.exceptions import ObjectNotFound
-    from pydantic import SecretStr
-
-    from blocks.resolve import VLLM_API_KEY_BLOCK
-
     name = VLLM_API_KEY_BLOCK
-    try:
-        current = client.read_block_document_by_name(name=name, block_type_slug=Secret.get_block_type_slug()).data
-    except ObjectNotFound:
-        current = None
+    current = _read_data(client, Secret.get_block_type_slug(), name)
     if not store:
         detail = "present" if current is not None else (
             "absent (optional: without it and without VLLM_API_KEY each land run uses a one-off key; "
@@ -231,17 +294,10 @@ def engine_command() -> str:
     run (``benchmarks/bench_orchestration.py --via-deployment``). Workers therefore need roost's
     venv at this same path, as they need the checkout at the path the deployments load from.
     """
-    import shlex
-    import sys
-
     return f"{shlex.quote(sys.executable)} -m prefect.engine"
 
 
 def _work_pool(client: SyncPrefectClient, pool: str) -> SetupItem:
-    from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
-    from prefect.exceptions import ObjectNotFound
-    from prefect.workers.process import ProcessWorker
-
     command = engine_command()
     try:
         existing = client.read_work_pool(pool)
@@ -265,8 +321,6 @@ def _work_pool(client: SyncPrefectClient, pool: str) -> SetupItem:
 
 
 def _work_queue(client: SyncPrefectClient, pool: str, host: str) -> SetupItem:
-    from prefect.exceptions import ObjectNotFound
-
     try:
         client.read_work_queue_by_name(host, work_pool_name=pool)
     except ObjectNotFound:
@@ -278,22 +332,10 @@ def _work_queue(client: SyncPrefectClient, pool: str, host: str) -> SetupItem:
 
 
 def _host_limit(client: SyncPrefectClient, host: str) -> SetupItem:
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
-    from prefect.exceptions import ObjectNotFound
-
-    from tasks.serve import host_limit_name
-
-    name = host_limit_name(host)
-    try:
-        existing = client.read_global_concurrency_limit_by_name(name)
-    except ObjectNotFound:
-        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1, active=True))
-        return SetupItem(kind="concurrency-limit", name=name, status="created", detail="limit 1")
-    if existing.limit != 1 or not existing.active:
-        client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(limit=1, active=True))
-        return SetupItem(kind="concurrency-limit", name=name, status="updated",
-                         detail=f"limit {existing.limit} -> 1" + ("" if existing.active else ", activated"))
-    return SetupItem(kind="concurrency-limit", name=name, status="unchanged", detail="limit 1")
+    """The host's serving limit, created or repaired by ``tasks.host_slot`` (its one definition)."""
+    status = ensure_host_limit(host, client=client)
+    detail = f"limit {SLOTS_PER_HOST}" + (", active (repaired)" if status == "updated" else "")
+    return SetupItem(kind="concurrency-limit", name=host_limit_name(host), status=status, detail=detail)
 
 
 # --- zombie runs ---------------------------------------------------------------------------------
@@ -305,12 +347,6 @@ def zombie_automation(after_s: float = DEFAULT_ZOMBIE_AFTER_S) -> Automation:
     Flow runs of roost deployments send a heartbeat every ``deployments.deploy.HEARTBEAT_S``; a run
     whose worker (or machine) died stops sending them. Only runs tagged ``roost`` are matched.
     """
-    from prefect.automations import Automation
-    from prefect.client.schemas.objects import StateType
-    from prefect.events.actions import ChangeFlowRunState
-    from prefect.events.schemas.automations import EventTrigger, Posture
-    from prefect.events.schemas.events import ResourceSpecification
-
     return Automation(
         name=ZOMBIE_AUTOMATION,
         description="roost: a flow run whose heartbeats stopped (its worker or machine died) is marked Crashed.",
@@ -341,8 +377,6 @@ def _canon(obj: Any) -> Any:
 
 
 def _zombie_automation(client: SyncPrefectClient, after_s: float) -> SetupItem:
-    from prefect.events.schemas.automations import AutomationCore
-
     want = zombie_automation(after_s)
     core = AutomationCore(**want.model_dump(exclude={"id"}))
     want_c = _canon(core.model_dump(mode="json"))

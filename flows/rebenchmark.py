@@ -1,6 +1,6 @@
 """The ``rebenchmark`` flow (scheduled nightly by ``roost setup``): benchmark what a host serves.
 
-1. Find the server roost runs on the host from roost's own records (``roost.serve.discover``:
+1. Find the server roost runs on the host from roost's own records (the backend's ``servers()``:
    process-backend state files, or containers labelled ``ai.roost.managed=true``).
 2. None: land a profile there first (``land`` with ``keep_serving=True``; it benchmarks too) and
    return its record.
@@ -10,7 +10,7 @@
    (``roost-serve-<host>``), so no ``land`` replaces the server in between. The record inherits
    the identity (commit, image, vLLM args, audit, plan) of the stored ``land`` run that started
    the server, so the regression check compares like with like; it is reported and stored like
-   any run.
+   any run (``flows/stages.py``: the same benchmark, report and finish stages as ``land``).
 """
 
 from __future__ import annotations
@@ -20,22 +20,29 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.context import get_run_context
 from pydantic import SecretStr
 
-import roost
+from blocks.resolve import VLLM_API_KEY_BLOCK, all_profiles, load_host, load_profile, load_vllm_api_key
+from flows.land import land
+from flows.stages import benchmark_stage, finish, new_record, report_stage, server_version, stage
 from roost.errors import RoostError, StageFailed, UserError
 from roost.hosts import HostProfile
 from roost.profiles import ModelProfile
-from roost.records import RunMeta, RunRecord, StageTiming
-from roost.serve.discover import ServingServer, probe, serving_on
-from roost.serve.health import server_version
+from roost.records import RunRecord, StageTiming
+from roost.serve.backends import backend_for
+from roost.serve.base import ServerInfo
+from roost.serve.discover import probe
+from roost.store import load_records
+from tasks.host_slot import ensure_host_limit, host_slot
+
+LAND_RECORD_SLACK = dt.timedelta(minutes=5)
+"""A stored land run counts as the one that started a server if it began at most this long after it."""
 
 
 @task(name="find-server", cache_policy=NO_CACHE, persist_result=False)
-def find_server_task(host: HostProfile) -> list[ServingServer]:
+def find_server_task(host: HostProfile) -> list[ServerInfo]:
     """The servers roost runs on ``host`` (normally zero or one), oldest first."""
-    found = serving_on(host)
+    found = backend_for(host).servers()
     logger = get_run_logger()
     for s in found:
         logger.info("host %s serves %s at %s (%s, since %s)", host.name, s.served_model_name, s.base_url,
@@ -52,11 +59,6 @@ def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = Tr
     When the host serves another profile's model than ``profile``, what runs is benchmarked (and the
     record says so): the nightly schedule passes the host's default profile, whatever was landed since.
     """
-    from blocks.resolve import load_host
-    from flows.land import land
-    from tasks.serve import ensure_host_limit, host_slot
-
-    logger = get_run_logger()
     host_p = load_host(host)
     ensure_host_limit(host_p.name)
     # Under the host's serving slot, so no land replaces the server between finding and measuring it.
@@ -65,16 +67,14 @@ def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = Tr
         if found:
             return _benchmark_serving(found, host_p, profile, notify)
     prof_name = profile or _default_profile(host_p.name)
-    logger.info("nothing is serving on %s: landing %s there first (keep_serving)", host_p.name, prof_name)
+    get_run_logger().info("nothing is serving on %s: landing %s there first (keep_serving)", host_p.name, prof_name)
     result: dict[str, Any] = land(profile=prof_name, host=host_p.name, keep_serving=True, notify=notify)
     return result
 
 
-def _benchmark_serving(found: list[ServingServer], host_p: HostProfile, profile: str | None,
+def _benchmark_serving(found: list[ServerInfo], host_p: HostProfile, profile: str | None,
                        notify: bool) -> dict[str, Any]:
     """Benchmark the newest of ``found``, report and notify like ``land`` does."""
-    from flows.land import _stage, benchmark_stage, finish, report_and_notify
-
     logger = get_run_logger()
     if len(found) > 1:
         logger.warning("host %s runs %d roost servers; benchmarking the newest", host_p.name, len(found))
@@ -89,24 +89,20 @@ def _benchmark_serving(found: list[ServingServer], host_p: HostProfile, profile:
     failure: RoostError | None = None
     try:
         # a server roost cannot talk to is a failed run too: reported, stored and sent to Slack
-        with _stage(record, "connect"):
-            api_key = _server_key(server)
-        record.meta.vllm_version = server_version(server.base_url, api_key.get_secret_value() or None) \
-            or record.meta.vllm_version
-        benchmark_stage(record, server.base_url, prof.model_copy(update={"served_model_name": server.served_model_name}),
-                        api_key)
+        with stage(record, "connect"):
+            key = _server_key(server)
+        record.meta.vllm_version = server_version(server.base_url, key) or record.meta.vllm_version
+        benchmark_stage(record, server.base_url, prof, key, served_model_name=server.served_model_name)
     except RoostError as exc:
         logger.error("rebenchmark failed at %s: %s", record.failed_stage or "setup", exc)
         failure = exc
     finally:
-        report_and_notify(record, notify, prof)
+        report_stage(record, notify, prof)
     return finish(record, "rebenchmark", failure)
 
 
 def _default_profile(host_name: str) -> str:
     """The one profile that targets ``host_name``; an error naming the candidates when it is ambiguous."""
-    from blocks.resolve import all_profiles
-
     candidates = sorted(name for name, p in all_profiles().items() if p.host == host_name)
     if len(candidates) == 1:
         return candidates[0]
@@ -115,10 +111,8 @@ def _default_profile(host_name: str) -> str:
                     f"one first ({choices})")
 
 
-def _profile_for(server: ServingServer, profile: str | None) -> ModelProfile:
+def _profile_for(server: ServerInfo, profile: str | None) -> ModelProfile:
     """The profile of what ``server`` serves: ``profile`` if it serves that model, else found by served model name."""
-    from blocks.resolve import all_profiles, load_profile
-
     if profile is not None:
         prof = load_profile(profile)
         if prof.served_model_name == server.served_model_name:
@@ -135,10 +129,8 @@ def _profile_for(server: ServingServer, profile: str | None) -> ModelProfile:
     return matches[0]
 
 
-def _server_key(server: ServingServer) -> SecretStr:
+def _server_key(server: ServerInfo) -> SecretStr:
     """The key ``server`` accepts, from where its state says (or the configured one); never logged."""
-    from blocks.resolve import VLLM_API_KEY_BLOCK, load_vllm_api_key
-
     configured = load_vllm_api_key()
     candidates: list[SecretStr] = [] if server.api_key_ref == "none" else ([configured] if configured else [])
     candidates.append(SecretStr(""))
@@ -157,29 +149,23 @@ def _server_key(server: ServingServer) -> SecretStr:
                     "and land with keep_serving again")
 
 
-def _record_for(server: ServingServer, prof: ModelProfile, host_p: HostProfile) -> RunRecord:
+def _record_for(server: ServerInfo, prof: ModelProfile, host_p: HostProfile) -> RunRecord:
     """A new record carrying the identity of the stored land run that started ``server`` (if stored)."""
-    from roost.store import load_records
-
-    ctx = get_run_context()
     base: RunRecord | None = None
-    slack = dt.timedelta(minutes=5)
     for rec in reversed(load_records(model=prof.repo_id, host=host_p.name)):
         if rec.status != "completed" or rec.meta.served_model_name != server.served_model_name:
             continue
-        if server.started_at is None or rec.meta.started_at <= server.started_at + slack:
+        if server.started_at is None or rec.meta.started_at <= server.started_at + LAND_RECORD_SLACK:
             base = rec
             break
-    meta = RunMeta(
-        roost_version=roost.__version__, profile=prof.name, repo_id=prof.repo_id,
-        revision=base.meta.revision if base else prof.revision, commit=base.meta.commit if base else "",
-        served_model_name=server.served_model_name, host=host_p.name, backend=server.backend,
-        image=base.meta.image if base else "", image_digest=base.meta.image_digest if base else "",
-        vllm_version=base.meta.vllm_version if base else "", vllm_args=list(base.meta.vllm_args) if base else [],
-        prefect_flow_run_id=str(getattr(getattr(ctx, "flow_run", None), "id", "")),
-    )
+    identity: dict[str, Any] = {"served_model_name": server.served_model_name, "backend": server.backend}
     if base is None:
         get_run_logger().warning("no stored land run of %s on %s found: the record has no commit, so the regression "
                                  "check cannot compare it", prof.repo_id, host_p.name)
-        return RunRecord(meta=meta)
-    return RunRecord(meta=meta, audit=base.audit, plan=base.plan, decode_ceiling_tok_s=base.decode_ceiling_tok_s)
+        return new_record(prof, host_p, **identity)
+    m = base.meta
+    identity |= {"revision": m.revision, "commit": m.commit, "image": m.image, "image_digest": m.image_digest,
+                 "vllm_version": m.vllm_version, "vllm_args": list(m.vllm_args)}
+    record = new_record(prof, host_p, **identity)
+    record.audit, record.plan, record.decode_ceiling_tok_s = base.audit, base.plan, base.decode_ceiling_tok_s
+    return record

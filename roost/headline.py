@@ -1,54 +1,31 @@
-# ruff: noqa: RUF001, RUF002  (typographic characters in user-facing text are deliberate)
-"""The numbers a run is summarised by, and the metrics compared across runs. One definition each.
+"""A run summarised: its headline numbers and the metrics compared across runs.
 
-Headline numbers (the report's first table, the Slack message, the results table):
+Definitions (names, labels, units, directions, the knee) are in ``roost/catalogue.py``; this module
+only picks the values out of a :class:`~roost.records.RunRecord`:
 
-- ``decode_tok_s`` / ``ttft_s``: the single-stream decode rate and time to first token at the
-  *reference prompt*: the prompt-length point nearest ``REFERENCE_PROMPT_TOKENS`` (2048, the seeds'
-  headline prompt), ties going to the shorter prompt.
-- ``decode_pct_of_ceiling``: ``decode_tok_s`` as a percentage of the run's roofline ceiling.
-- ``peak_output_tok_s``: the highest aggregate output rate over the concurrency sweep.
-- ``knee_concurrency``: the lowest concurrency whose aggregate output rate reaches ``KNEE_FRACTION``
-  (90 %) of the peak; beyond it more concurrency buys little.
-
-Compared metrics (``run_metrics``): one per benchmark point (``decode_tok_s@prompt=N``,
-``ttft_s@prompt=N``, ``output_tok_s@concurrency=N``) plus run-level ones (``peak_output_tok_s``,
-``start_to_healthy_s``, ``error_requests``), each with the direction that counts as better.
+- :func:`headline` gives the run's summary numbers;
+- :func:`headline_rows` gives them as the rows every output shows (the report's summary, the
+  Prefect headline table, the Slack message and ``roost run``), with the metric each is compared as;
+- :func:`run_metrics` gives every metric the regression check compares: one per benchmark point
+  (``decode_tok_s@prompt=N``, ``ttft_s@prompt=N``, ``output_tok_s@concurrency=C``) plus the run-level
+  ``peak_output_tok_s``, ``start_to_healthy_s`` and ``error_requests``.
 """
 
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 
 from pydantic import BaseModel
 
+from roost import catalogue as C
+from roost.catalogue import REFERENCE_PROMPT_TOKENS, Metric, find_knee, fmt_value
 from roost.records import BenchPoint, RunRecord
-
-REFERENCE_PROMPT_TOKENS = 2048
-KNEE_FRACTION = 0.9
-
-
-class Direction(StrEnum):
-    HIGHER = "higher_is_better"
-    LOWER = "lower_is_better"
-
-
-class MetricDef(BaseModel):
-    """What a metric is called, its unit and which way is better."""
-
-    name: str
-    label: str
-    unit: str
-    direction: Direction
-    abs_floor: float = 0.0
-    """Smallest absolute move that can count as a change (e.g. 0.5 for a count of failed requests)."""
 
 
 class Measured(BaseModel):
     """One metric's value in one run."""
 
-    metric: MetricDef
+    metric: Metric
     value: float
 
 
@@ -65,6 +42,7 @@ class Headline(BaseModel):
     knee_concurrency: int | None = None
     knee_output_tok_s: float | None = None
     logged_kv_cache_tokens: int | None = None
+    predicted_kv_cache_tokens: int | None = None
     logged_max_concurrency: float | None = None
     start_to_healthy_s: float | None = None
     points: int = 0
@@ -72,46 +50,40 @@ class Headline(BaseModel):
     error_requests: int = 0
 
 
-def _usable(p: BenchPoint) -> bool:
-    return not p.skipped and p.requests > p.errors
+class HeadlineRow(BaseModel):
+    """One headline number as every output shows it."""
+
+    metric: Metric
+    label: str
+    value: float | None
+    text: str = ""
+    compared_as: str | None = None
+    """The name of the metric the regression check compares this row as (None: not compared)."""
 
 
 def prompt_points(record: RunRecord) -> list[BenchPoint]:
     """Measured prompt-length points, shortest prompt first."""
-    pts = [p for p in record.points if p.kind == "prompt_length" and _usable(p)]
+    pts = [p for p in record.points if p.kind == "prompt_length" and p.measured]
     return sorted(pts, key=lambda p: (p.prompt_tokens, p.concurrency))
 
 
 def concurrency_points(record: RunRecord) -> list[BenchPoint]:
     """Measured concurrency points, lowest concurrency first."""
-    pts = [p for p in record.points if p.kind == "concurrency" and _usable(p)]
+    pts = [p for p in record.points if p.kind == "concurrency" and p.measured]
     return sorted(pts, key=lambda p: (p.concurrency, p.prompt_tokens))
 
 
 def reference_point(record: RunRecord) -> BenchPoint | None:
     """The prompt-length point nearest ``REFERENCE_PROMPT_TOKENS`` that has a decode rate."""
-    pts = [p for p in prompt_points(record) if p.decode_tok_s_median is not None]
+    pts = [p for p in prompt_points(record) if p.decode_tok_s.median is not None]
     if not pts:
         return None
     return min(pts, key=lambda p: (abs(p.prompt_tokens - REFERENCE_PROMPT_TOKENS), p.prompt_tokens))
 
 
-def peak_point(points: list[BenchPoint]) -> BenchPoint | None:
-    """The point with the highest aggregate output rate (the lower concurrency on a tie)."""
-    pts = [p for p in points if p.output_tok_s is not None]
-    if not pts:
-        return None
-    return max(pts, key=lambda p: (p.output_tok_s or 0.0, -p.concurrency))
-
-
-def knee_point(points: list[BenchPoint], fraction: float = KNEE_FRACTION) -> BenchPoint | None:
-    """The lowest-concurrency point reaching ``fraction`` of the peak aggregate output rate."""
-    peak = peak_point(points)
-    if peak is None or peak.output_tok_s is None:
-        return None
-    target = fraction * peak.output_tok_s
-    pts = sorted((p for p in points if p.output_tok_s is not None), key=lambda p: p.concurrency)
-    return next(p for p in pts if (p.output_tok_s or 0.0) >= target)
+def knee_of(points: list[BenchPoint]) -> C.Knee | None:
+    """The knee of concurrency points (``roost.catalogue.find_knee``)."""
+    return find_knee([(p.concurrency, p.output_tok_s.median) for p in points])
 
 
 def pct_of_ceiling(decode_tok_s: float | None, ceiling_tok_s: float | None) -> float | None:
@@ -124,21 +96,20 @@ def pct_of_ceiling(decode_tok_s: float | None, ceiling_tok_s: float | None) -> f
 def headline(record: RunRecord) -> Headline:
     """The summary numbers of one run."""
     ref = reference_point(record)
-    conc = concurrency_points(record)
-    peak = peak_point(conc)
-    knee = knee_point(conc)
-    decode = ref.decode_tok_s_median if ref else None
+    knee = knee_of(concurrency_points(record))
+    decode = ref.decode_tok_s.median if ref else None
     return Headline(
         decode_tok_s=decode,
-        ttft_s=ref.ttft_s_median if ref else None,
+        ttft_s=ref.ttft_s.median if ref else None,
         reference_prompt_tokens=ref.prompt_tokens if ref else None,
         decode_ceiling_tok_s=record.decode_ceiling_tok_s,
         decode_pct_of_ceiling=pct_of_ceiling(decode, record.decode_ceiling_tok_s),
-        peak_output_tok_s=peak.output_tok_s if peak else None,
-        peak_concurrency=peak.concurrency if peak else None,
+        peak_output_tok_s=knee.peak_output_tok_s if knee else None,
+        peak_concurrency=knee.peak_concurrency if knee else None,
         knee_concurrency=knee.concurrency if knee else None,
         knee_output_tok_s=knee.output_tok_s if knee else None,
         logged_kv_cache_tokens=record.serve.logged_kv_cache_tokens,
+        predicted_kv_cache_tokens=record.serve.predicted_kv_cache_tokens,
         logged_max_concurrency=record.serve.logged_max_concurrency,
         start_to_healthy_s=record.serve.start_to_healthy_s,
         points=len([p for p in record.points if not p.skipped]),
@@ -147,43 +118,36 @@ def headline(record: RunRecord) -> Headline:
     )
 
 
-PEAK_OUTPUT = MetricDef(
-    name="peak_output_tok_s", label="peak aggregate output tok/s", unit="tok/s", direction=Direction.HIGHER
-)
-START_TO_HEALTHY = MetricDef(
-    name="start_to_healthy_s", label="cold start to /health", unit="s", direction=Direction.LOWER
-)
-ERROR_REQUESTS = MetricDef(
-    name="error_requests", label="failed benchmark requests", unit="requests", direction=Direction.LOWER,
-    abs_floor=0.5,
-)
+def headline_rows(record: RunRecord) -> list[HeadlineRow]:
+    """The headline numbers, in the order and with the labels every output uses."""
+    h = headline(record)
+    ref = h.reference_prompt_tokens
+    decode = C.DECODE.at_prompt(ref) if ref else C.DECODE
+    ttft = C.TTFT.at_prompt(ref) if ref else C.TTFT
 
+    def row(metric: Metric, value: float | None, text: str | None = None, compared: bool = False) -> HeadlineRow:
+        return HeadlineRow(metric=metric, label=metric.label, value=value,
+                           text=text if text is not None and value is not None else metric.format(value),
+                           compared_as=metric.name if compared else None)
 
-def _decode_at(prompt_tokens: int) -> MetricDef:
-    return MetricDef(
-        name=f"decode_tok_s@prompt={prompt_tokens}",
-        label=f"decode tok/s @ {prompt_tokens:,}-token prompt",
-        unit="tok/s",
-        direction=Direction.HIGHER,
-    )
-
-
-def _ttft_at(prompt_tokens: int) -> MetricDef:
-    return MetricDef(
-        name=f"ttft_s@prompt={prompt_tokens}",
-        label=f"TTFT @ {prompt_tokens:,}-token prompt",
-        unit="s",
-        direction=Direction.LOWER,
-    )
-
-
-def _output_at(concurrency: int) -> MetricDef:
-    return MetricDef(
-        name=f"output_tok_s@concurrency={concurrency}",
-        label=f"aggregate output tok/s @ {concurrency} concurrent",
-        unit="tok/s",
-        direction=Direction.HIGHER,
-    )
+    kv = C.KV_CACHE_TOKENS.format(h.logged_kv_cache_tokens)
+    if h.predicted_kv_cache_tokens is not None:
+        kv += f" (plan {h.predicted_kv_cache_tokens:,})"
+    return [
+        row(decode, h.decode_tok_s, compared=True),
+        row(ttft, h.ttft_s, compared=True),
+        row(C.DECODE_CEILING, h.decode_ceiling_tok_s),
+        row(C.DECODE_PCT_OF_CEILING, h.decode_pct_of_ceiling),
+        row(C.PEAK_OUTPUT, h.peak_output_tok_s,
+            f"{C.PEAK_OUTPUT.format(h.peak_output_tok_s)} @ {h.peak_concurrency} concurrent", compared=True),
+        row(C.KNEE, h.knee_concurrency and float(h.knee_concurrency),
+            f"{h.knee_concurrency} concurrent ({C.OUTPUT_THROUGHPUT.format(h.knee_output_tok_s)})"),
+        row(C.KV_CACHE_TOKENS, h.logged_kv_cache_tokens and float(h.logged_kv_cache_tokens), kv),
+        row(C.MAX_CONCURRENCY, h.logged_max_concurrency),
+        row(C.START_TO_HEALTHY, h.start_to_healthy_s, compared=True),
+        row(C.ERROR_REQUESTS, float(h.error_requests) if h.requests else None,
+            f"{h.error_requests:,} of {h.requests:,}", compared=True),
+    ]
 
 
 def _finite(value: float | None) -> bool:
@@ -196,21 +160,22 @@ def run_metrics(record: RunRecord) -> list[Measured]:
         return []
     out: list[Measured] = []
     for p in prompt_points(record):
-        if _finite(p.decode_tok_s_median):
-            out.append(Measured(metric=_decode_at(p.prompt_tokens), value=float(p.decode_tok_s_median or 0.0)))
-        if _finite(p.ttft_s_median):
-            out.append(Measured(metric=_ttft_at(p.prompt_tokens), value=float(p.ttft_s_median or 0.0)))
+        if _finite(p.decode_tok_s.median):
+            out.append(Measured(metric=C.DECODE.at_prompt(p.prompt_tokens), value=float(p.decode_tok_s.median or 0.0)))
+        if _finite(p.ttft_s.median):
+            out.append(Measured(metric=C.TTFT.at_prompt(p.prompt_tokens), value=float(p.ttft_s.median or 0.0)))
     conc = concurrency_points(record)
     for p in conc:
-        if _finite(p.output_tok_s):
-            out.append(Measured(metric=_output_at(p.concurrency), value=float(p.output_tok_s or 0.0)))
-    peak = peak_point(conc)
-    if peak is not None and _finite(peak.output_tok_s):
-        out.append(Measured(metric=PEAK_OUTPUT, value=float(peak.output_tok_s or 0.0)))
+        if _finite(p.output_tok_s.median):
+            out.append(Measured(metric=C.OUTPUT_THROUGHPUT.at_concurrency(p.concurrency),
+                                value=float(p.output_tok_s.median or 0.0)))
+    knee = knee_of(conc)
+    if knee is not None:
+        out.append(Measured(metric=C.PEAK_OUTPUT, value=knee.peak_output_tok_s))
     if _finite(record.serve.start_to_healthy_s):
-        out.append(Measured(metric=START_TO_HEALTHY, value=float(record.serve.start_to_healthy_s or 0.0)))
+        out.append(Measured(metric=C.START_TO_HEALTHY, value=float(record.serve.start_to_healthy_s or 0.0)))
     if record.points:
-        out.append(Measured(metric=ERROR_REQUESTS, value=float(sum(p.errors for p in record.points))))
+        out.append(Measured(metric=C.ERROR_REQUESTS, value=float(sum(p.errors for p in record.points))))
     seen: set[str] = set()
     unique = []
     for m in out:  # two points with the same prompt length or concurrency: the first one counts
@@ -220,28 +185,4 @@ def run_metrics(record: RunRecord) -> list[Measured]:
     return unique
 
 
-def fmt_value(value: float | None, unit: str = "") -> str:
-    """A number as the reports and messages print it: ``12.6 tok/s``, ``0.54 s``, ``390,070 tokens``."""
-    if value is None or not math.isfinite(value):
-        return "—"
-    if unit in ("tokens", "requests", "") and float(value).is_integer():
-        text = f"{int(value):,}"
-    elif abs(value) >= 1000:
-        text = f"{value:,.0f}"
-    elif abs(value) >= 10:
-        text = f"{value:.1f}"
-    elif abs(value) >= 1:
-        text = f"{value:.2f}"
-    else:
-        text = f"{value:.3g}"
-    if unit == "%":
-        return f"{text}%"
-    return f"{text} {unit}".strip()
-
-
-def fmt_change(change_pct: float | None) -> str:
-    """A relative change with its sign: ``+4.1%``, ``−12.7%``."""
-    if change_pct is None or not math.isfinite(change_pct):
-        return "n/a"
-    sign = "+" if change_pct >= 0 else "−"
-    return f"{sign}{abs(change_pct):.1f}%"
+__all__ = ["Headline", "HeadlineRow", "Measured", "fmt_value", "headline", "headline_rows", "run_metrics"]

@@ -2,7 +2,8 @@
 
 A profile is plain data; ``blocks/hosts.py`` stores the same fields as a Prefect block so that a
 deployment can name a host. Bandwidth is in decimal GB/s (1 GB = 1e9 bytes) because that is how
-vendors publish it and how the seeds' ceilings (273 GB/s -> 17.2 tok/s for 15.87 GB) are computed.
+vendors publish it and how the recipes' roofline ceilings are computed (the Ornith 1.0 9B recipe: 273 GB/s
+over 15.87 GB read per decode token -> 17.2 tok/s).
 """
 
 from __future__ import annotations

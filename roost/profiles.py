@@ -1,24 +1,19 @@
 """Model profiles: which checkpoint to land, where, and how to serve and measure it.
 
 ``blocks/profiles.py`` stores the same fields as a Prefect block so a deployment form can pick
-one; these built-ins mirror the three seed recipes plus the embedded local demo.
+one; these built-ins are the three published serving recipes (Ornith 1.0 35B and 9B in BF16,
+Ornith 1.5 35B-A3B NVFP4) plus the embedded local demo.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
 from roost.errors import UserError
-
-if TYPE_CHECKING:
-    from roost.regress import RegressConfig
-
-DEFAULT_ALLOW = [
-    "*.safetensors", "*.json", "tokenizer*", "*.jinja", "*.tiktoken", "*.model", "*.txt", "*.md",
-]
-DEFAULT_IGNORE = ["original/*", "*.pth", "*.gguf", "*.bin", "*.pt", "*.onnx", "*.msgpack", "*.h5"]
+from roost.hub.patterns import DEFAULT_ALLOW_PATTERNS, DEFAULT_IGNORE_PATTERNS
+from roost.regress import RegressConfig
 
 
 class ModelProfile(BaseModel):
@@ -29,8 +24,8 @@ class ModelProfile(BaseModel):
     revision: str = "main"
     served_model_name: str
     host: str = Field(default="spark", description="Host profile to serve on (roost.hosts).")
-    allow_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW))
-    ignore_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE))
+    allow_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW_PATTERNS))
+    ignore_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE_PATTERNS))
     max_model_len: int | None = Field(default=None, description="None: the model's native window.")
     kv_cache_memory_bytes: int | None = Field(default=None, description="None: the plan's smallest pool for target_concurrency.")
     target_concurrency: float = Field(default=1.5, description="Full-length requests the KV pool must hold.")
@@ -49,14 +44,10 @@ class ModelProfile(BaseModel):
     @field_validator("regress")
     @classmethod
     def _regress(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from roost.regress import RegressConfig
-
         RegressConfig.model_validate(value)  # an unknown field or a bad value fails here, naming it
         return value
 
     def regress_config(self) -> RegressConfig:
-        from roost.regress import RegressConfig
-
         return RegressConfig.model_validate(self.regress)
 
 

@@ -2,7 +2,16 @@
 
 Each stage module owns the detail of its own output; this module holds the shapes that cross
 stage boundaries so that the store, the report and the regression check read one schema.
-``SCHEMA_VERSION`` is written into every stored row; bump it when a field changes meaning.
+``SCHEMA_VERSION`` is written into every stored record; a record written by an older release is
+read through :func:`upgrade_record` (nothing a user measured stops being readable).
+
+Schema history:
+
+1. (roost 0.1) benchmark statistics as flat fields: ``ttft_s_median``, ``ttft_s_p90``,
+   ``output_tok_s`` (the median over repeats), ``output_tok_s_min``...; start attempts as dicts.
+2. statistics nested per metric: ``ttft_s: {count, mean, median, min, max, p10, p90, p99}``;
+   start attempts typed (:class:`StartAttempt`). The Parquet tables keep the flat column names
+   (``roost.store`` flattens), so a table read with pandas has the same columns as before.
 """
 
 from __future__ import annotations
@@ -11,9 +20,9 @@ import datetime as dt
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Severity = Literal["info", "warning", "error"]
 
@@ -70,6 +79,23 @@ class RunMeta(BaseModel):
         return (self.repo_id, self.commit, self.image_digest, self.vllm_version, " ".join(self.vllm_args), self.host)
 
 
+class StartAttempt(BaseModel):
+    """One attempt at starting vLLM (a cold load): how it ended and, if it failed, why."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    attempt: int = 1
+    ok: bool = False
+    seconds: float | None = None
+    port: int | None = None
+    vllm_args: list[str] = Field(default_factory=list)
+    failure_class: str = ""
+    retryable: bool | None = None
+    remediation: str = ""
+    evidence: str = ""
+    action: str = Field(default="", description="What roost did next: retry, retry on a new port, raise the pool, stop.")
+
+
 class ServeObservation(BaseModel):
     """What the serving stage saw vLLM do, beside what the plan predicted."""
 
@@ -83,13 +109,35 @@ class ServeObservation(BaseModel):
     compile_s: float | None = Field(default=None, description="Weights loaded -> engine ready (profile, compile, warm-up).")
     ready_s: float | None = Field(default=None, description="Engine ready -> /health 200 seen by roost.")
     health_detect_delay_s: float | None = Field(default=None, description="/health first 200 -> roost noticed.")
-    attempts: list[dict[str, Any]] = Field(default_factory=list, description="One entry per start attempt.")
+    attempts: list[StartAttempt] = Field(default_factory=list, description="One entry per start attempt.")
+
+
+class Distribution(BaseModel):
+    """Summary statistics of one metric's sample (``count`` 0 and every statistic None when empty).
+
+    Percentiles interpolate linearly between closest ranks (``roost.bench.metrics.percentile``).
+    """
+
+    count: int | None = Field(default=0, description="Sample size; None in records from before it was kept.")
+    mean: float | None = None
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+STATISTICS: tuple[str, ...] = ("count", "mean", "median", "min", "max", "p10", "p90", "p99")
+"""The fields of a :class:`Distribution`, in the order the flat Parquet columns use."""
 
 
 class BenchPoint(BaseModel):
     """One benchmark point (a prompt length or a concurrency level), aggregated over its requests.
 
-    Metric definitions live in ``roost/bench/metrics.py``; names follow ``vllm bench serve``.
+    Per-request metrics (``ttft_s``, ``tpot_s``, ``itl_s``, ``e2el_s``, ``decode_tok_s``) pool the
+    completed requests of every repeat; per-step metrics (``output_tok_s``, ``request_rate``) have
+    one value per repeat. Their definitions are in ``roost/catalogue.py``.
     """
 
     kind: Literal["prompt_length", "concurrency"]
@@ -100,38 +148,73 @@ class BenchPoint(BaseModel):
     errors: int = 0
     skipped: bool = False
     skip_reason: str = ""
-    ttft_s_median: float | None = None
-    ttft_s_min: float | None = None
-    ttft_s_max: float | None = None
-    ttft_s_p90: float | None = None
-    ttft_s_p99: float | None = None
-    tpot_s_median: float | None = None
-    itl_s_median: float | None = None
-    itl_s_p90: float | None = None
-    itl_s_p99: float | None = None
-    e2el_s_median: float | None = None
-    decode_tok_s_median: float | None = None
-    decode_tok_s_min: float | None = None
-    decode_tok_s_max: float | None = None
-    output_tok_s: float | None = Field(default=None, description="Aggregate: total output tokens / wall time of the step.")
-    request_rate: float | None = None
-    usage_missing: int = Field(default=0, description="Requests whose token count came from chunks, not usage.")
-    metrics_delta: dict[str, float] = Field(default_factory=dict, description="/metrics counters after - before.")
-    # Optional detail (roost/bench): the point's plan and spread beyond the median.
     prompt_tokens_target: int | None = Field(default=None, description="Asked-for prompt length (usage may differ if inexact).")
     repeats: int | None = None
     thinking: bool | None = Field(default=None, description="chat_template_kwargs.enable_thinking of the requests.")
-    tpot_s_p90: float | None = None
-    tpot_s_p99: float | None = None
-    e2el_s_p90: float | None = None
-    e2el_s_p99: float | None = None
-    decode_tok_s_p10: float | None = Field(default=None, description="Slowest decile of per-request decode rates.")
-    output_tok_s_min: float | None = Field(default=None, description="Aggregate tok/s of the slowest repeat.")
-    output_tok_s_max: float | None = Field(default=None, description="Aggregate tok/s of the fastest repeat.")
+    usage_missing: int = Field(default=0, description="Requests whose token count came from chunks, not usage.")
+    ttft_s: Distribution = Field(default_factory=Distribution)
+    tpot_s: Distribution = Field(default_factory=Distribution)
+    itl_s: Distribution = Field(default_factory=Distribution)
+    e2el_s: Distribution = Field(default_factory=Distribution)
+    decode_tok_s: Distribution = Field(default_factory=Distribution)
+    output_tok_s: Distribution = Field(default_factory=Distribution, description="Aggregate tok/s, one value per repeat.")
+    request_rate: Distribution = Field(default_factory=Distribution, description="Requests/s, one value per repeat.")
+    metrics_delta: dict[str, float] = Field(default_factory=dict, description="/metrics counters after - before.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_flat(cls, data: Any) -> Any:
+        """Read a schema-1 point (flat ``<metric>_<statistic>`` fields) into the nested shape."""
+        if isinstance(data, dict) and any(k in data for k in _FLAT_V1):
+            return upgrade_point(data)
+        return data
+
+    @property
+    def measured(self) -> bool:
+        """Not skipped, and at least one request completed."""
+        return not self.skipped and self.requests > self.errors
+
+
+DISTRIBUTIONS: tuple[str, ...] = ("ttft_s", "tpot_s", "itl_s", "e2el_s", "decode_tok_s", "output_tok_s", "request_rate")
+"""The :class:`BenchPoint` fields that are distributions."""
+
+# Schema 1: the flat fields and the (metric, statistic) they held. ``output_tok_s`` and
+# ``request_rate`` were the medians over repeats.
+_FLAT_V1: dict[str, tuple[str, str]] = {
+    **{f"{m}_{s}": (m, s) for m in ("ttft_s",) for s in ("median", "min", "max", "p90", "p99")},
+    **{f"{m}_{s}": (m, s) for m in ("tpot_s", "itl_s", "e2el_s") for s in ("median", "p90", "p99")},
+    **{f"decode_tok_s_{s}": ("decode_tok_s", s) for s in ("median", "min", "max", "p10")},
+    "output_tok_s_min": ("output_tok_s", "min"),
+    "output_tok_s_max": ("output_tok_s", "max"),
+}
+_SCALAR_V1 = {"output_tok_s": "output_tok_s", "request_rate": "request_rate"}
+
+
+def upgrade_point(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 point dict in the schema-2 shape (statistics nested per metric)."""
+    out: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in data.items():
+        if key in _FLAT_V1:
+            metric, stat = _FLAT_V1[key]
+            nested.setdefault(metric, {})[stat] = value
+        elif key in _SCALAR_V1 and not isinstance(value, dict):
+            nested.setdefault(_SCALAR_V1[key], {})["median"] = value
+        else:
+            out[key] = value
+    for metric, stats in nested.items():
+        stats.setdefault("count", None)  # schema 1 kept no sample sizes
+        existing = out.get(metric)
+        out[metric] = {**stats, **existing} if isinstance(existing, dict) else stats
+    return out
 
 
 class RunRecord(BaseModel):
-    """Everything one pipeline run established. Written to ``results/`` and rendered as the report."""
+    """Everything one pipeline run established. Written to ``results/`` and rendered as the report.
+
+    ``audit`` and ``plan`` are the documents ``roost audit --json`` and ``roost plan --json`` print
+    for the checkpoint and host of the run (the CLI's JSON contract: stable keys).
+    """
 
     schema_version: int = SCHEMA_VERSION
     meta: RunMeta
@@ -147,3 +230,34 @@ class RunRecord(BaseModel):
     points: list[BenchPoint] = Field(default_factory=list)
     decode_ceiling_tok_s: float | None = None
     report_path: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        return upgrade_record(data) if isinstance(data, dict) else data
+
+
+def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored record (any schema version this release knows) in the current shape.
+
+    Schema 1 -> 2: points' flat statistics nest (see :func:`upgrade_point`); start attempts become
+    :class:`StartAttempt` (an attempt's old ``outcome: healthy`` means ``ok``).
+    """
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        return data  # a newer release's record: validation says which field it does not know
+    if version >= SCHEMA_VERSION:
+        return data
+    out = dict(data)
+    out["points"] = [upgrade_point(p) if isinstance(p, dict) else p for p in data.get("points") or []]
+    serve = data.get("serve")
+    if isinstance(serve, dict):
+        attempts = []
+        for i, a in enumerate(serve.get("attempts") or []):
+            if isinstance(a, dict):
+                a = {**a, "attempt": a.get("attempt", i + 1),
+                     "ok": bool(a.get("ok", a.get("outcome") == "healthy"))}
+            attempts.append(a)
+        out["serve"] = {**serve, "attempts": attempts}
+    out["schema_version"] = SCHEMA_VERSION
+    return out

@@ -19,7 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from roost.headline import Direction, MetricDef, run_metrics
+from roost.catalogue import Direction, Metric
+from roost.headline import run_metrics
 from roost.records import RunMeta, RunRecord
 
 Verdict = Literal["regressed", "improved", "unchanged", "new"]
@@ -65,7 +66,7 @@ def key_of(meta: RunMeta, config: RegressConfig | None = None) -> tuple[str, ...
 class MetricComparison(BaseModel):
     """One metric of the current run against its baseline."""
 
-    metric: MetricDef
+    metric: Metric
     current: float
     baseline: float | None = None
     baseline_mad: float | None = None
@@ -130,7 +131,7 @@ def mad(values: list[float]) -> float:
     return float(statistics.median([abs(v - med) for v in values]))
 
 
-def judge(metric: MetricDef, current: float, baseline_values: list[float], config: RegressConfig) -> MetricComparison:
+def judge(metric: Metric, current: float, baseline_values: list[float], config: RegressConfig) -> MetricComparison:
     """Compare one value with the values of the baseline runs."""
     if not baseline_values:
         return MetricComparison(metric=metric, current=current, verdict="new")

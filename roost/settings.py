@@ -14,6 +14,20 @@ def roost_home() -> Path:
     return Path(os.environ.get("ROOST_HOME", Path.home() / ".cache" / "roost")).expanduser()
 
 
+def repo_dir_name(repo_id: str) -> str:
+    """``org/name`` -> ``org--name``: the directory name of a Hub repository under roost's home."""
+    return repo_id.replace("/", "--")
+
+
+def checkpoint_dir(repo_id: str) -> Path:
+    """Where a Hub repository's checkpoint is downloaded: ``$ROOST_HOME/models/<org>--<name>``.
+
+    One directory per repository; a new commit updates it in place (the download manifest records
+    which commit it holds). ``land``, ``audit`` and ``roost download`` all use it.
+    """
+    return roost_home() / "models" / repo_dir_name(repo_id)
+
+
 def results_dir() -> Path:
     """The append-only results store and the reports: ``ROOST_RESULTS_DIR`` (default ``./results``)."""
     return Path(os.environ.get("ROOST_RESULTS_DIR", "results")).expanduser().resolve()

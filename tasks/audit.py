@@ -1,14 +1,18 @@
-"""Audit and plan stages: thin Prefect tasks over ``roost.checkpoint.audit`` and ``roost.plan``.
+"""Audit and plan stages: thin Prefect tasks over ``roost.plan.report`` and ``roost.plan.preflight``.
 
-Both are header-only and fast, but a 14-shard checkpoint on a network disk is not free, so results
-are persisted and cached. The cache key covers everything the answer depends on:
+``audit_task`` reads the checkpoint's headers once and returns the :class:`AuditReport` for the host;
+``plan_task`` sizes vLLM's KV cache from that report (no second read). Both are header-only and fast,
+but a 14-shard checkpoint on a network disk is not free, so results are persisted (pickled, so they
+come back as the models, the report's config included) and cached. The cache key covers everything
+the answer depends on:
 
 - every ``*.safetensors``, ``config.json``, ``model.safetensors.index.json`` and
   ``hf_quant_config.json`` of the directory by (name, size, mtime_ns, inode): a re-downloaded or
   touched file changes the key;
 - the host profile as resolved now (a block edited in the UI changes the key);
-- the task's other parameters (the model profile's sizing fields for the plan);
-- the source of ``roost/checkpoint`` and ``roost/plan``, so a fixed audit never serves a stale answer.
+- the plan's inputs, the audit it starts from, and the CPU backend's ``VLLM_CPU_KVCACHE_SPACE``;
+- the source of ``roost/checkpoint``, ``roost/plan`` and this module, so a fixed audit never serves
+  a stale answer.
 """
 
 from __future__ import annotations
@@ -24,10 +28,17 @@ from prefect import task
 from prefect.context import TaskRunContext
 from prefect.logging import get_run_logger
 
+from blocks.resolve import load_host
 from roost.hosts import HostProfile
+from roost.plan.inputs import PlanInputs
+from roost.plan.preflight import PlanReport, plan_checkpoint
+from roost.plan.report import AuditReport, audit_for_host
+from roost.serve.process import CPU_ENV_DEFAULTS
 
 FINGERPRINT_NAMES = ("config.json", "model.safetensors.index.json", "hf_quant_config.json")
-_ROOST = Path(__file__).resolve().parents[1] / "roost"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("roost/checkpoint", "roost/plan", "tasks/audit.py")
+"""What the audit and the plan compute with, relative to the repository root."""
 
 
 def checkpoint_fingerprint(model_dir: str | Path) -> list[tuple[str, int, int, int]]:
@@ -48,20 +59,15 @@ def checkpoint_fingerprint(model_dir: str | Path) -> list[tuple[str, int, int, i
 
 
 @cache
-def code_version() -> str:
-    """A hash of the audit/plan source: results computed by other code are never reused."""
+def code_version(root: Path = REPO_ROOT) -> str:
+    """A hash of the audit/plan source under ``root``: results computed by other code are never reused."""
     h = hashlib.sha256()
-    for sub in ("checkpoint", "plan"):
-        for f in sorted((_ROOST / sub).glob("*.py")):
-            h.update(f.name.encode())
+    for source in SOURCES:
+        path = root / source
+        for f in sorted(path.glob("*.py")) if path.is_dir() else [path]:
+            h.update(f.relative_to(root).as_posix().encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
-
-
-def _resolve_host(host_name: str) -> HostProfile:
-    from blocks.resolve import load_host
-
-    return load_host(host_name)
 
 
 def _key(kind: str, model_dir: str, host: HostProfile, extra: Any) -> str:
@@ -81,41 +87,34 @@ def _key(kind: str, model_dir: str, host: HostProfile, extra: Any) -> str:
 
 
 def audit_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
-    return _key("audit", parameters["model_dir"], _resolve_host(parameters["host_name"]), None)
-
-
-PLAN_PROFILE_FIELDS = ("served_model_name", "max_model_len", "kv_cache_memory_bytes", "target_concurrency", "vllm_overrides")
-
-
-def _plan_inputs(profile: dict[str, Any] | None) -> dict[str, Any]:
-    p = profile or {}
-    return {k: p.get(k) for k in PLAN_PROFILE_FIELDS}
+    return _key("audit", parameters["model_dir"], load_host(parameters["host_name"]), None)
 
 
 def server_env(host: HostProfile) -> dict[str, str] | None:
     """The environment vLLM will see on ``host``: the process backend's CPU defaults under the caller's env."""
     if host.backend != "process":
         return None
-    from roost.serve.process import CPU_ENV_DEFAULTS
-
     return {**CPU_ENV_DEFAULTS, **os.environ}
 
 
 def plan_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
-    host = _resolve_host(parameters["host_name"])
-    env = server_env(host) or {}
-    extra = {"profile": _plan_inputs(parameters.get("profile")), "pool_env": env.get("VLLM_CPU_KVCACHE_SPACE")}
+    host = load_host(parameters["host_name"])
+    audit: AuditReport = parameters["audit"]
+    inputs: PlanInputs = parameters["inputs"]
+    extra = {
+        "inputs": inputs.model_dump(mode="json"),
+        "audit": hashlib.sha256(audit.model_dump_json(exclude={"audit_seconds"}).encode()).hexdigest(),
+        "pool_env": (server_env(host) or {}).get("VLLM_CPU_KVCACHE_SPACE"),
+    }
     return _key("plan", parameters["model_dir"], host, extra)
 
 
-@task(name="audit", cache_key_fn=audit_cache_key, persist_result=True)
-def audit_task(model_dir: str, host_name: str) -> dict[str, Any]:
+@task(name="audit", cache_key_fn=audit_cache_key, persist_result=True, result_serializer="pickle")
+def audit_task(model_dir: str, host_name: str) -> AuditReport:
     """``roost audit --json`` for ``model_dir`` on host ``host_name``; error findings are in the result, not raised."""
-    from roost.checkpoint.audit import audit_checkpoint
-
     logger = get_run_logger()
-    host = _resolve_host(host_name)
-    report = audit_checkpoint(Path(model_dir), host)
+    host = load_host(host_name)
+    report = audit_for_host(Path(model_dir), host)
     for f in report.findings:
         log = logger.error if f.severity == "error" else logger.warning if f.severity == "warning" else logger.info
         log("%s: %s", f.code, f.message)
@@ -124,31 +123,16 @@ def audit_task(model_dir: str, host_name: str) -> dict[str, Any]:
         model_dir, report.tensor_count, report.shard_count, report.decode_bytes_per_token / 1e9,
         report.decode_ceiling_tok_s, host.name, report.audit_seconds,
     )
-    return report.to_json()
+    return report
 
 
-@task(name="plan", cache_key_fn=plan_cache_key, persist_result=True)
-def plan_task(model_dir: str, host_name: str, profile: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``roost plan --json`` for ``model_dir`` on ``host_name``, sized by a model profile's fields.
-
-    Uses the profile's ``served_model_name``, ``max_model_len``, ``kv_cache_memory_bytes`` (None: the
-    smallest pool for ``target_concurrency``) and ``vllm_overrides`` (they win, so the plan follows them).
-    """
-    from roost.plan.preflight import plan_checkpoint
-
+@task(name="plan", cache_key_fn=plan_cache_key, persist_result=True, result_serializer="pickle")
+def plan_task(model_dir: str, host_name: str, audit: AuditReport, inputs: PlanInputs) -> PlanReport:
+    """``roost plan --json`` for the audited ``model_dir`` on ``host_name``, sized as ``inputs`` ask (their
+    ``vllm_overrides`` win, so the plan follows them); the CPU backend's environment pool counts."""
     logger = get_run_logger()
-    host = _resolve_host(host_name)
-    p = _plan_inputs(profile)
-    result = plan_checkpoint(
-        Path(model_dir),
-        host,
-        p["kv_cache_memory_bytes"],
-        max_model_len=p["max_model_len"],
-        served_model_name=p["served_model_name"],
-        target_concurrency=float(p["target_concurrency"] or 1.0),
-        vllm_overrides=list(p["vllm_overrides"] or []),
-        env=server_env(host),
-    )
+    host = load_host(host_name)
+    result = plan_checkpoint(audit, host, inputs, env=server_env(host))
     for line in result.predicted_log_lines:
         logger.info("vLLM will log: %s", line)
     if not result.fits_one_request:
@@ -156,4 +140,4 @@ def plan_task(model_dir: str, host_name: str, profile: dict[str, Any] | None = N
                      result.kv_cache_memory_bytes, result.max_model_len, result.min_kv_cache_bytes)
     if not result.fits_host:
         logger.error("weights + KV pool + headroom exceed %s's budget by %d bytes", host.name, -result.fit.free_bytes)
-    return result.to_json()
+    return result

@@ -17,12 +17,27 @@ from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from pydantic import SecretStr
 
+from roost import catalogue as C
 from roost.bench.sweep import BenchFailed, BenchResult, BenchSettings, make_settings, run_benchmark
+from roost.records import BenchPoint
 
-TABLE_COLUMNS = (
-    "kind", "prompt_tokens", "concurrency", "requests", "errors", "skipped", "ttft_s_median", "tpot_s_median",
-    "decode_tok_s_median", "decode_tok_s_min", "decode_tok_s_max", "output_tok_s", "request_rate", "skip_reason",
-)
+__all__ = ["BenchFailed", "benchmark_task", "point_table"]
+
+
+def point_table(points: list[BenchPoint]) -> list[dict[str, object]]:
+    """The points as the table artifact shows them: one row each, columns named by the catalogue."""
+    rows: list[dict[str, object]] = []
+    for p in points:
+        row: dict[str, object] = {"kind": p.kind, "prompt tokens": p.prompt_tokens, "concurrency": p.concurrency,
+                                  "requests": p.requests, "errors": p.errors}
+        for metric, dist, stat in ((C.TTFT, p.ttft_s, "median"), (C.TPOT, p.tpot_s, "median"),
+                                   (C.DECODE, p.decode_tok_s, "median"), (C.DECODE, p.decode_tok_s, "min"),
+                                   (C.DECODE, p.decode_tok_s, "max"), (C.OUTPUT_THROUGHPUT, p.output_tok_s, "median"),
+                                   (C.REQUEST_RATE, p.request_rate, "median")):
+            row[f"{metric.label} ({stat})"] = metric.format(getattr(dist, stat))
+        row["skipped"] = p.skip_reason if p.skipped else ""
+        rows.append(row)
+    return rows
 
 
 @task(name="benchmark", cache_policy=NO_CACHE, persist_result=False)
@@ -50,18 +65,13 @@ def benchmark_task(
     for note in result.notes:
         logger.warning("%s", note)
     if result.points:
-        create_table_artifact(
-            table=[{k: getattr(p, k) for k in TABLE_COLUMNS} for p in result.points],
-            key="roost-benchmark-points",
-            description=f"benchmark of {model}: one row per point (definitions: roost/bench/metrics.py)",
-        )
+        create_table_artifact(table=point_table(result.points), key="roost-benchmark-points",
+                              description=f"benchmark of {model}: one row per point (definitions: roost/catalogue.py)")
     if result.knee is not None:
         k = result.knee
-        logger.info(
-            "knee: %d users (%.1f tok/s aggregate); peak %.1f tok/s at %d users%s",
-            k.concurrency, k.output_tok_s, k.peak_output_tok_s, k.peak_concurrency,
-            "" if k.saturated else " (throughput may still grow past the highest level measured)",
-        )
+        logger.info("knee: %d users (%s aggregate); peak %s at %d users%s", k.concurrency,
+                    C.OUTPUT_THROUGHPUT.format(k.output_tok_s), C.OUTPUT_THROUGHPUT.format(k.peak_output_tok_s),
+                    k.peak_concurrency, "" if k.saturated else " (throughput may still grow past the highest level measured)")
     if result.failed:
         logger.error("benchmark failed: %s", "; ".join(result.errors))
         raise BenchFailed(result)

@@ -1,19 +1,19 @@
-"""Download stage: fetch + verify a checkpoint (``roost.hub.download``), with Prefect retries, caching
-and a progress artifact.
+"""Download stage: fetch + verify a checkpoint (``roost.hub.snapshot``), with Prefect retries, caching
+and a progress artifact. Returns the :class:`~roost.hub.snapshot.DownloadResult` model.
 
 - Retries only transient faults (the Hub unreachable after roost's own backoff); 401/403/404, a bad
   revision, no disk space and integrity failures fail at once (``retry_condition_fn``).
 - Cache key: repo + resolved commit + pattern selection + local dir + the fingerprints of the verified
-  files. The revision is resolved first (a full sha needs no network), and there is no key (the task
-  runs) unless the manifest says this commit is verified there and no file changed since, so a
-  Prefect cache hit can never hand back a directory whose files were touched.
+  files (``warm_state_key``). The revision is resolved first (a full sha needs no network), and there
+  is no key (the task runs) unless the manifest says this commit is verified there and no file
+  changed since, so a Prefect cache hit can never hand back a directory whose files were touched.
+  The result is persisted as JSON; Prefect's serializer restores the ``DownloadResult`` model.
 - Progress: a Prefect progress artifact and a log line with bytes, rate and ETA every 10 s.
 - Token: the Prefect Secret block named ``token_secret``, else ``HF_TOKEN``; never logged.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from pathlib import Path
@@ -22,30 +22,28 @@ from uuid import UUID
 
 from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.blocks.system import Secret
 from prefect.context import TaskRunContext
 from prefect.logging import get_run_logger
 from prefect.tasks import exponential_backoff
 
 from roost.errors import UserError
-from roost.hub.download import (
-    DownloadProgress,
+from roost.hub.errors import HubUnreachable, is_transient
+from roost.hub.progress import DownloadProgress
+from roost.hub.snapshot import (
+    DownloadResult,
     DownloadSpec,
-    HubClient,
-    HubUnreachable,
     RetryPolicy,
     download_and_verify,
-    format_bytes,
-    format_seconds,
-    is_transient,
-    resolve_endpoint,
-    resolve_token,
-    warm_selection,
+    warm_state_key,
 )
-from roost.hub.integrity import load_manifest
 from roost.profiles import ModelProfile
+from roost.units import format_bytes
 
 LOG_EVERY_S = 10.0
 ARTIFACT_EVERY_S = 2.0
+CACHE_KEY_PREFIX = "roost-download-result-"
+"""Results cached under the previous prefix (``roost-download-``) were dicts, not DownloadResult."""
 
 
 def spec_for(profile: ModelProfile, revision: str | None = None) -> DownloadSpec:
@@ -59,53 +57,33 @@ def spec_for(profile: ModelProfile, revision: str | None = None) -> DownloadSpec
 
 
 def token_from(secret_block: str | None) -> str | None:
-    """The HF token: the Prefect Secret block ``secret_block`` when named, else HF_TOKEN (or none)."""
-    if secret_block:
-        from prefect.blocks.system import Secret
-
-        try:
-            secret = cast("Secret[str]", Secret.load(secret_block))
-        except ValueError:
-            raise UserError(
-                f"Prefect Secret block {secret_block!r} not found: create it (prefect block create secret, "
-                "or Secret(value=...).save(name)) holding a Hugging Face read token"
-            ) from None
-        value = secret.get()
-        return str(value) if value else None
-    return resolve_token(None)
+    """The HF token in the Prefect Secret block ``secret_block``; None when no block is named (the
+    download then uses ``HF_TOKEN`` or the stored login, or goes anonymous)."""
+    if not secret_block:
+        return None
+    try:
+        secret = cast("Secret[str]", Secret.load(secret_block))
+    except ValueError:
+        raise UserError(
+            f"Prefect Secret block {secret_block!r} not found: create it (prefect block create secret, "
+            "or Secret(value=...).save(name)) holding a Hugging Face read token"
+        ) from None
+    value = secret.get()
+    return str(value) if value else None
 
 
 def download_cache_key(_: TaskRunContext, parameters: dict[str, Any]) -> str | None:
-    """``roost-download-<digest>`` when this commit is already verified in ``local_dir``; else None."""
+    """``roost-download-result-<digest>`` when this commit is already verified in ``local_dir``; else None."""
     try:
-        spec = spec_for(parameters["profile"], parameters.get("revision"))
-        local_dir = Path(parameters["local_dir"]).expanduser().resolve()
-        manifest = load_manifest(local_dir)
-        if manifest is None or manifest.repo_id != spec.repo_id:
-            return None
-        client = HubClient(
-            resolve_endpoint(parameters.get("endpoint")),
-            token_from(parameters.get("token_secret")),
-            policy=RetryPolicy(attempts=1),
-        )
-        try:
-            commit = client.resolve(spec.repo_id, spec.revision)
-        finally:
-            client.close()
-        selected = warm_selection(manifest, spec, commit, local_dir)
-        if not selected:
-            return None
-        state = "|".join(
-            f"{f.path}:{e.sha256}:{e.fingerprint.size}:{e.fingerprint.mtime_ns}:{e.fingerprint.inode}"
-            for f in selected
-            if (e := manifest.verified.get(f.path)) is not None
+        digest = warm_state_key(
+            spec_for(parameters["profile"], parameters.get("revision")),
+            Path(parameters["local_dir"]),
+            endpoint=parameters.get("endpoint"),
+            token=token_from(parameters.get("token_secret")),
         )
     except Exception:
         return None  # no key: the task runs and reports the real problem
-    digest = hashlib.sha256(
-        f"{spec.repo_id}|{commit}|{spec.selection}|{local_dir}|{state}".encode()
-    ).hexdigest()
-    return f"roost-download-{digest[:32]}"
+    return None if digest is None else CACHE_KEY_PREFIX + digest
 
 
 def retry_transient_only(_task: Any, _task_run: Any, state: Any) -> bool:
@@ -122,7 +100,7 @@ def retry_transient_only(_task: Any, _task_run: Any, state: Any) -> bool:
 class _Reporter:
     """Progress callback: a Prefect progress artifact, and a log line with rate and ETA every 10 s."""
 
-    def __init__(self, logger: Any, artifact_id: Any, what: str) -> None:
+    def __init__(self, logger: Any, artifact_id: UUID, what: str) -> None:
         self.logger = logger
         self.artifact_id = artifact_id
         self.what = what
@@ -166,23 +144,18 @@ def download_task(
     endpoint: str | None = None,
     token_secret: str | None = None,
     retry: RetryPolicy | None = None,
-) -> dict[str, Any]:
-    """Download and verify ``profile.repo_id`` at ``revision`` into ``local_dir``; DownloadResult as JSON."""
-    logger = get_run_logger()
+) -> DownloadResult:
+    """Download and verify ``profile.repo_id`` at ``revision`` into ``local_dir``."""
     spec = spec_for(profile, revision)
     what = f"{spec.repo_id}@{spec.revision}"
-    artifact_id = cast(
-        UUID,
-        create_progress_artifact(
-            progress=0.0, key=_artifact_key(spec.repo_id), description=f"download {what}"
-        ),
-    )
+    key = _artifact_key(spec.repo_id)
+    artifact_id = cast(UUID, create_progress_artifact(progress=0.0, key=key, description=f"download {what}"))
     result = download_and_verify(
         spec,
         Path(local_dir),
         endpoint=endpoint,
         token=token_from(token_secret),
-        progress=_Reporter(logger, artifact_id, what),
+        progress=_Reporter(get_run_logger(), artifact_id, what),
         progress_interval=1.0,
         retry=retry,
     )
@@ -192,26 +165,5 @@ def download_task(
         description=f"{spec.repo_id}@{result.commit[:12]}: {len(result.files)} files, "
         f"{format_bytes(result.bytes)} verified" + (" (cached)" if result.cached else ""),
     )
-    if result.cached:
-        logger.info(
-            "%s@%s already verified in %s and unchanged: no download, no hashing (%s)",
-            spec.repo_id,
-            result.commit[:12],
-            result.local_dir,
-            format_seconds(result.seconds),
-        )
-    else:
-        rate = result.downloaded_bytes / result.seconds if result.seconds > 0 else 0.0
-        logger.info(
-            "%s@%s verified in %s: %d files, %s; fetched %s at %s/s, hashed %s, in %s",
-            spec.repo_id,
-            result.commit[:12],
-            result.local_dir,
-            len(result.files),
-            format_bytes(result.bytes),
-            format_bytes(result.downloaded_bytes),
-            format_bytes(rate),
-            format_bytes(result.hashed_bytes),
-            format_seconds(result.seconds),
-        )
-    return result.model_dump(mode="json")
+    get_run_logger().info("%s", result.summary())
+    return result

@@ -11,23 +11,23 @@ from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from pydantic import SecretStr
 
-from roost.serve.base import ServerHandle
-from roost.serve.health import HealthResult, wait_until_ready
+from roost.serve.base import Readiness, Server
+from roost.serve.health import wait_until_ready
 
 
 @task(name="health-wait", cache_policy=NO_CACHE, persist_result=False)
-def health_wait_task(server: ServerHandle, api_key: SecretStr, timeout_s: float) -> HealthResult:
+def health_wait_task(server: Server, api_key: SecretStr, timeout_s: float) -> Readiness:
+    """Wait until ``server`` answers /health, /v1/models and a one-token completion (``roost.serve.health``)."""
     logger = get_run_logger()
-    artifact_id = cast(UUID, create_progress_artifact(progress=0.0,
-                                                      description=f"cold load of {server.served_model_name}"))
+    what = f"cold load of {server.served_model_name}"
+    artifact_id = cast(UUID, create_progress_artifact(progress=0.0, description=what))
 
     def on_progress(milestone: str, fraction: float) -> None:
         logger.info("cold load: %s (%.0f%%)", milestone, 100 * fraction)
-        update_progress_artifact(artifact_id=artifact_id, progress=100 * fraction,
-                                 description=f"cold load of {server.served_model_name}: {milestone}")
+        update_progress_artifact(artifact_id=artifact_id, progress=100 * fraction, description=f"{what}: {milestone}")
 
-    result = wait_until_ready(server, api_key=api_key.get_secret_value() or None, timeout_s=timeout_s,
-                              on_progress=on_progress)
+    ready = wait_until_ready(server, api_key=api_key.get_secret_value() or None, timeout_s=timeout_s,
+                             on_progress=on_progress)
     logger.info("server ready: /health after %.1f s, /v1/models after %.1f s, first completion after %.1f s",
-                result.health_ok_s, result.models_ok_s, result.completion_ok_s)
-    return result
+                ready.health_ok_s, ready.models_ok_s, ready.completion_ok_s)
+    return ready

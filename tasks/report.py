@@ -12,6 +12,7 @@ flow still notifies Slack about the run.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from pydantic import BaseModel, Field
 
-from roost.headline import fmt_value, headline
+from roost.catalogue import fmt_change, fmt_value
+from roost.headline import headline_rows
 from roost.records import RunRecord
 from roost.regress import RegressConfig, RegressionReport, compare
 from roost.report import ReportFiles, write_report
@@ -57,28 +59,15 @@ def artifact_key(prefix: str, *parts: str) -> str:
 
 def headline_table(record: RunRecord, comparison: RegressionReport | None) -> list[dict[str, str]]:
     """Rows of the headline table artifact: metric, value, baseline, change, verdict."""
-    h = headline(record)
-    ref = h.reference_prompt_tokens
-    wanted: list[tuple[str, float | None, str, str | None]] = [
-        ("decode tok/s" + (f" @ {ref:,}-token prompt" if ref else ""), h.decode_tok_s, "tok/s",
-         f"decode_tok_s@prompt={ref}" if ref else None),
-        ("TTFT" + (f" @ {ref:,}-token prompt" if ref else ""), h.ttft_s, "s", f"ttft_s@prompt={ref}" if ref else None),
-        ("decode % of roofline ceiling", h.decode_pct_of_ceiling, "%", None),
-        ("peak aggregate output tok/s", h.peak_output_tok_s, "tok/s", "peak_output_tok_s"),
-        ("knee concurrency", float(h.knee_concurrency) if h.knee_concurrency else None, "", None),
-        ("KV cache tokens (vLLM log)", float(h.logged_kv_cache_tokens) if h.logged_kv_cache_tokens else None, "tokens", None),
-        ("cold start to /health", h.start_to_healthy_s, "s", "start_to_healthy_s"),
-        ("failed requests", float(h.error_requests), "requests", "error_requests"),
-    ]
     rows = []
-    for label, value, unit, metric in wanted:
-        c = comparison.get(metric) if comparison is not None and metric else None
+    for r in headline_rows(record):
+        c = comparison.get(r.compared_as) if comparison is not None and r.compared_as else None
         rows.append(
             {
-                "metric": label,
-                "value": fmt_value(value, unit),
-                "baseline": fmt_value(c.baseline, unit) if c is not None and c.baseline is not None else "—",
-                "change": f"{c.change_pct:+.1f}%" if c is not None and c.change_pct is not None else "—",
+                "metric": r.label,
+                "value": r.text,
+                "baseline": r.metric.format(c.baseline) if c is not None and c.baseline is not None else "—",
+                "change": fmt_change(c.change_pct) if c is not None and c.change_pct is not None else "—",
                 "verdict": c.verdict if c is not None else "—",
             }
         )
@@ -121,8 +110,6 @@ def build_report(
     logger: Any = None,
 ) -> ReportOutcome:
     """Store, compare and render (no Prefect API needed). Problems are logged and listed, not raised."""
-    import logging
-
     log = logger or logging.getLogger("roost.report")
     outcome = ReportOutcome()
     meta = record.meta

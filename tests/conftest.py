@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,6 +110,29 @@ def tiny_model(session_dir: Path) -> Path:
     return generate_tiny_model(session_dir / "tiny-model", seed=0)
 
 
+@pytest.fixture
+def slack_receiver() -> Iterator[Any]:
+    """A real HTTP receiver for the Slack endpoints on loopback (``support.slack_receiver``)."""
+    from support.slack import HOOK_SECRET, TOKEN
+    from support.slack_receiver import SlackReceiver
+
+    receiver = SlackReceiver(token=TOKEN, webhook_secret=HOOK_SECRET)
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture(scope="session")
+def slack_chart(session_dir: Path) -> Path:
+    """The decode chart of a regressed run, as the notify stage uploads it."""
+    from support.samples import spark_run
+
+    from roost.report import charts
+
+    out = charts.decode_vs_prompt(spark_run(day=9, scale=0.85), session_dir / "slack-chart" / "decode_vs_prompt.png")
+    assert out is not None
+    return out
+
+
 class VllmServerInfo:
     def __init__(self, base_url: str, model: str, api_key: str, log_path: Path) -> None:
         self.base_url, self.model, self.api_key, self.log_path = base_url, model, api_key, log_path
@@ -116,17 +140,21 @@ class VllmServerInfo:
 
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]:
-    """A real vLLM CPU server for the tiny model, with an API key; shared by the whole session."""
+    """A real vLLM CPU server for the tiny model, with an API key; shared by the whole session.
+
+    Started through the process backend on a host named ``test-session`` (its state file says so)."""
+    from roost.hosts import CPU
     from roost.net import free_port
     from roost.serve.base import ServeSpec
     from roost.serve.health import wait_until_ready
-    from roost.serve.process import start_process_server
+    from roost.serve.process import ProcessBackend
 
     key = "test-key-" + os.urandom(6).hex()
     spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(),
                      vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048"],
                      log_path=session_dir / "vllm-session.log")
-    server = start_process_server(spec, api_key=key, host_name="test-session")
+    backend = ProcessBackend(CPU.model_copy(update={"name": "test-session"}))
+    server = backend.start(spec, key, backend.prepare())
     try:
         wait_until_ready(server, api_key=key, timeout_s=600)
         yield VllmServerInfo(server.base_url, "tiny", key, spec.log_path)  # type: ignore[arg-type]

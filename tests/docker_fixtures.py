@@ -1,11 +1,13 @@
 """Docker fixtures: a real engine (scripts/docker-up), the local vLLM CPU base image
-(scripts/build-test-base-image, cached across sessions), and a session guard that nothing roost
-made is left behind: after the session every container, image and network labelled
-``ai.roost.managed=true`` is removed, and a leak fails the session. The cached base images
-(``ai.roost.base=true``, ``roost/debian-bookworm:minbase``) stay.
+(scripts/build-test-base-image, cached across sessions), and a guard that nothing roost made is left
+behind: when the session ends, every container, image and network labelled ``ai.roost.managed=true``
+is removed, and a leaked container fails the session, as does an engine the guard cannot ask. The
+cached base images (``ai.roost.base=true``, ``roost/debian-bookworm:minbase``) stay.
 
-Every test tree that needs Docker imports these fixtures in its ``conftest.py``
-(``tests/roost/serve/docker``, ``tests/tasks/docker``, ``tests/flows/docker``).
+The guard is part of ``docker_engine`` (every Docker test uses it), so it runs whenever the engine
+was used and only then. Test trees that need Docker import these fixtures in their ``conftest.py``
+(``tests/roost/serve``, ``tests/tasks/docker``, ``tests/flows/docker``); ``nothing_left_behind``
+(autouse there) makes every test of a Docker-only tree take the engine, and so the guard.
 """
 
 from __future__ import annotations
@@ -37,13 +39,20 @@ def _run_script(name: str, timeout: int) -> str:
 
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[docker.DockerClient]:
-    """A client for a running dockerd (started by scripts/docker-up when it is not running)."""
+    """A client for a running dockerd (started by scripts/docker-up when it is not running).
+
+    At the end of the session: nothing roost made may remain (see the module doc); a guard that
+    cannot ask the engine fails instead of passing.
+    """
     import docker
 
     _run_script("docker-up", timeout=300)
     client = docker.from_env(version="auto", timeout=300)
-    yield client
-    client.close()
+    try:
+        yield client
+        _check_nothing_left(client)
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")
@@ -87,28 +96,23 @@ def _clean(client: docker.DockerClient) -> None:
     # and their stage images are dangling until they finish.
 
 
-@pytest.fixture(scope="session", autouse=True)
-def nothing_left_behind() -> Iterator[None]:
-    """After the session: no roost container, image or network remains (cached base images do).
-
-    Built serving images are expected until here (they are shared by the session's tests); a
-    container still present means a test or the code under test leaked it, which fails the session.
-    """
-    yield
-    import docker
-    from docker.errors import DockerException
-
+def _check_nothing_left(client: docker.DockerClient) -> None:
+    """Fail when a roost container is left (then remove it and every roost image and network);
+    fail too when the engine cannot be asked: a guard that cannot look must not pass."""
     try:
-        client = docker.from_env(version="auto", timeout=120)
         client.ping()
-    except DockerException:
-        return  # no engine was ever started: nothing can be left
-    containers, _, _ = _leftovers(client)
-    _clean(client)
-    after = _leftovers(client)
-    client.close()
+        containers, _, _ = _leftovers(client)
+        _clean(client)
+        after = _leftovers(client)
+    except Exception as exc:  # DockerException, or requests' ConnectionError from an engine gone away
+        pytest.fail(f"the leak guard cannot ask the Docker engine what roost left behind: {exc}")
     assert after == ([], [], []), f"could not remove roost leftovers (containers, images, networks): {after}"
     assert not containers, f"tests left roost containers behind: {containers}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(docker_engine: docker.DockerClient) -> None:
+    """Autouse in Docker-only test trees: each of their tests takes the engine and so its guard."""
 
 
 @pytest.fixture(scope="session")

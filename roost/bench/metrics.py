@@ -1,69 +1,21 @@
-"""Every number roost's benchmark reports, defined once, over one record per request.
+"""The formulas of roost's benchmark numbers, as pure functions over one record per request.
 
-This module is the single definition. The client (``roost/bench/client.py``) only records
-timestamps and counts into a :class:`RequestRecord`; the sweeps (``roost/bench/sweep.py``) only
-group records into steps and points. Everything computed from them is a pure function here,
-with one test each in ``tests/roost/bench/test_bench_metrics.py``.
+What each number means (TTFT, TPOT, ITL, end-to-end latency, decode tok/s, aggregate output
+tok/s, request rate; how other tools name them) is defined once, in ``roost/catalogue.py``; this
+module computes them, with one test each in ``tests/roost/bench/test_bench_metrics.py``. The
+client (``roost/vllm/client.py``) only records timestamps and counts into a
+:class:`~roost.vllm.stream.RequestRecord` (a *token chunk* is defined in ``roost/vllm/stream.py``);
+the sweeps (``roost/bench/sweep.py``) only group records into steps and points.
 
-Timestamps are ``time.perf_counter()`` seconds taken by the client. A *token chunk* is a
-streamed ``chat.completion.chunk`` whose first choice's ``delta`` carries generated output:
-non-empty ``content``/``reasoning``/``reasoning_content`` text or ``tool_calls``, or a ``content``
-key with an empty string and no ``role`` (vLLM sends those for tokens that end inside a multi-byte
-UTF-8 character). The first chunk of a vLLM stream, ``{"role": "assistant", "content": ""}``, is
-not a token chunk, nor is a bare ``{}`` delta that only carries ``finish_reason``, nor the final
-usage chunk (``choices: []``).
-
-Per request
------------
-========================  ==================================================================
-name (vllm bench serve)   definition
-========================  ==================================================================
-``ttft``                  ``t_first - t_sent``: request sent -> first token chunk.
-``e2el``                  ``t_last - t_sent``: request sent -> last token chunk (as vLLM:
-                          the trailing usage chunk and ``[DONE]`` carry no token).
-``tpot``                  ``(t_last - t_first) / (completion_tokens - 1)``: time per output
-                          token after the first. Needs at least 2 tokens.
-``itl``                   every gap between consecutive token chunks of a request (a
-                          distribution; a chunk carrying several tokens is one gap: speculative
-                          decoding accepts several per step, and vLLM's API server merges the
-                          outputs of steps it has not streamed yet when it falls behind).
-decode tok/s              ``(completion_tokens - 1) / (t_last - t_first)`` = ``1 / tpot``: the
-                          per-request (per-user) decode rate the seeds publish.
-``completion_tokens``     from the server's streamed usage (``stream_options.include_usage``);
-                          when the stream carries no usage, the number of token chunks, and the
-                          record is marked ``usage_missing`` (a lower bound if chunks merged
-                          tokens).
-========================  ==================================================================
-
-Per step (a set of requests sent together, timed from the first send to the last completion)
---------------------------------------------------------------------------------------------
-========================  ==================================================================
-``output_throughput``     total ``completion_tokens`` of the completed requests / wall time of
-                          the step (aggregate output tok/s).
-``request_throughput``    completed requests / wall time of the step (request rate).
-========================  ==================================================================
+Timestamps are ``time.perf_counter()`` seconds taken by the client when the bytes arrived.
+``completion_tokens`` comes from the server's streamed usage (``stream_options.include_usage``);
+when the stream carries no usage, it is the number of token chunks and the record is marked
+``usage_missing`` (a lower bound if chunks merged tokens). A step is a set of requests sent
+together, timed from the first send to the last completion.
 
 Percentiles are linear interpolation between closest ranks (``numpy.percentile``'s default, which
 ``vllm bench serve`` uses); p50 is the median. Only completed requests (no error) enter the
 distributions, as in ``vllm bench serve``; failed ones are counted in ``errors``.
-
-Where other tools name or define things differently
-----------------------------------------------------
-=====================  ===========================  ======================================
-roost / vLLM           aiperf                       guidellm
-=====================  ===========================  ======================================
-``ttft``               ``time_to_first_token``      ``time_to_first_token_ms``
-``tpot``               ``inter_token_latency``      ``inter_token_latency_ms`` (guidellm's
-                       (aiperf's ITL is this         ``time_per_output_token_ms`` is
-                       per-request average)          different: it *includes* the first
-                                                     token, ``e2el / completion_tokens``)
-``itl`` (per gap)      ``inter_chunk_latency``      not kept (only first/last token times)
-``e2el``               ``request_latency``          ``request_latency`` (seconds)
-decode tok/s           ``output_token_throughput_   no name; ``1000 / inter_token_latency_ms``
-                       per_user``
-``output_throughput``  ``output_token_throughput``  ``output_tokens_per_second``
-``request_throughput`` ``request_throughput``       ``requests_per_second``
-=====================  ===========================  ======================================
 
 vLLM stamps TTFT at the first chunk that has ``choices`` (the role chunk); in vLLM's server the
 role chunk and the first token are written back to back, so the two agree to microseconds — the
@@ -75,54 +27,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-Phase = Literal["warmup", "prompt_length", "concurrency", "probe"]
-ErrorKind = Literal["http", "stream_error", "cut", "timeout", "connect", "protocol", "client"]
-
-
-class RequestRecord(BaseModel):
-    """What the client saw of one streamed chat completion. All times are ``perf_counter`` seconds."""
-
-    request_id: str
-    phase: Phase = "prompt_length"
-    point: int = Field(default=-1, description="Index of the point in the run's plan; -1 for warm-up.")
-    repeat: int = 0
-    concurrency: int = 1
-    prompt_tokens_target: int | None = None
-    max_tokens: int = 0
-    t_sent: float
-    t_first: float | None = Field(default=None, description="First token chunk (not the role chunk).")
-    t_last: float | None = Field(default=None, description="Last token chunk.")
-    t_end: float | None = Field(default=None, description="Response closed (after usage and [DONE]).")
-    token_times: list[float] = Field(default_factory=list, description="Arrival of every token chunk.")
-    completion_tokens: int | None = Field(default=None, description="From usage; chunk count if usage_missing.")
-    prompt_tokens: int | None = Field(default=None, description="From usage.")
-    usage_missing: bool = False
-    finish_reason: str | None = None
-    status_code: int | None = None
-    error: str = ""
-    error_kind: ErrorKind | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Completed: no error, a first token, and a token count."""
-        return not self.error and self.t_first is not None and self.completion_tokens is not None
-
-
-class Distribution(BaseModel):
-    """Summary of a sample; every statistic is None for an empty sample."""
-
-    count: int = 0
-    mean: float | None = None
-    median: float | None = None
-    min: float | None = None
-    max: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-
+from roost.records import Distribution
+from roost.vllm.stream import RequestRecord
 
 # --- per request ------------------------------------------------------------------------------
 
@@ -216,7 +125,7 @@ def median(values: Sequence[float]) -> float | None:
 
 
 def summarize(values: Iterable[float | None]) -> Distribution:
-    """count, mean, median (p50), min, max, p90, p99 of the non-None values."""
+    """count, mean, median (p50), min, max, p10, p90, p99 of the non-None values."""
     xs = [v for v in values if v is not None]
     if not xs:
         return Distribution()
@@ -226,6 +135,7 @@ def summarize(values: Iterable[float | None]) -> Distribution:
         median=percentile(xs, 50),
         min=min(xs),
         max=max(xs),
+        p10=percentile(xs, 10),
         p90=percentile(xs, 90),
         p99=percentile(xs, 99),
     )

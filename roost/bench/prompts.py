@@ -24,7 +24,8 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel
 
-from roost.bench.client import BenchClient, error_text
+from roost.vllm.client import VllmClient
+from roost.vllm.stream import error_text
 
 _WORDS_TEXT = (
     "the of and to in is was for on that with as by at from his her it an were are which this be "
@@ -58,18 +59,15 @@ class TokenCounter(Protocol):
 class ServerTokenizer:
     """Counts with the server's ``POST /tokenize`` (vLLM): exact, including the chat template."""
 
-    def __init__(self, client: BenchClient, chat_template_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(self, client: VllmClient, chat_template_kwargs: dict[str, Any] | None = None) -> None:
         self.client = client
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.max_model_len: int | None = None
         self.calls = 0
 
     async def count(self, messages: list[dict[str, str]]) -> int:
-        body: dict[str, Any] = {"model": self.client.model, "messages": messages, "add_generation_prompt": True}
-        if self.chat_template_kwargs:
-            body["chat_template_kwargs"] = self.chat_template_kwargs
         self.calls += 1
-        resp = await self.client.post_json("/tokenize", body, timeout_s=300.0)
+        resp = await self.client.tokenize(messages, chat_template_kwargs=self.chat_template_kwargs)
         if resp.status_code != 200:
             raise PromptError(f"/tokenize answered HTTP {resp.status_code}: {_body_message(resp)}")
         try:
@@ -92,7 +90,7 @@ class ServerTokenizer:
 class UsageProbeCounter:
     """Counts by sending a one-token, non-streamed completion and reading ``usage.prompt_tokens``."""
 
-    def __init__(self, client: BenchClient, extra_body: dict[str, Any] | None = None) -> None:
+    def __init__(self, client: VllmClient, extra_body: dict[str, Any] | None = None) -> None:
         self.client = client
         self.extra_body = extra_body or {}
         self.calls = 0

@@ -1,11 +1,13 @@
 """The benchmark run: warm-up, the single-stream prompt-length sweep, the concurrency sweep, the knee.
 
-``run_benchmark(base_url, model, settings)`` drives one OpenAI-compatible server through one
-:class:`~roost.bench.client.BenchClient` (its connection pools live for the whole run) and returns a :class:`BenchResult`: one :class:`~roost.records.BenchPoint` per
-prompt length and per concurrency level, every :class:`~roost.bench.metrics.RequestRecord`
-(warm-up included, marked), the knee, and what went wrong.
+``run_benchmark(base_url, model, settings)`` (settings and result models: ``roost/bench/settings.py``,
+re-exported here) drives one OpenAI-compatible server through one
+:class:`~roost.vllm.client.VllmClient` (its connection pools live for the whole run) and returns a
+:class:`BenchResult`: one :class:`~roost.records.BenchPoint` per prompt length and per concurrency
+level, every :class:`~roost.vllm.stream.RequestRecord` (warm-up included, marked), the knee
+(``roost.catalogue.find_knee``), and what went wrong.
 
-Method (the seeds' measurements, automated):
+Method (the recipes' measurements, automated):
 
 - Requests are greedy (``temperature 0``), ``ignore_eos`` with a fixed ``max_tokens``, streamed
   with ``stream_options.include_usage``; ``chat_template_kwargs.enable_thinking`` is false unless
@@ -23,7 +25,7 @@ Method (the seeds' measurements, automated):
   stands for that largest admissible prompt. A point the server rejects (HTTP 400) is recorded
   as skipped, with the server's reason.
 - ``/metrics`` is scraped before and after every point, and its gauges polled during it, into
-  ``BenchPoint.metrics_delta`` (``roost/bench/prometheus.py``).
+  ``BenchPoint.metrics_delta`` (``roost/vllm/prometheus.py``).
 - Per-request budgets scale with the prompt (first token within ``ttft_timeout_base_s +
   concurrency * prompt_tokens / min_prefill_tok_s``), and a stream silent for
   ``stall_timeout_s`` is dropped. When a step has connection errors, time-outs or cut streams,
@@ -35,214 +37,54 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import gc
 import logging
-import math
-import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from roost.bench import metrics as M
-from roost.bench import prometheus
-from roost.bench.client import BenchClient, RequestBudget, display_url, normalize_base_url
-from roost.bench.metrics import RequestRecord, Step
+from roost.bench.metrics import Step
 from roost.bench.prompts import BuiltPrompt, PromptBuilder, PromptError, ServerTokenizer, UsageProbeCounter
-from roost.errors import StageFailed, UserError
+from roost.bench.settings import (
+    RECIPE_CONCURRENCY,
+    RECIPE_PROMPT_LENGTHS,
+    WINDOW_MAX,
+    BenchFailed,
+    BenchResult,
+    BenchSettings,
+    Progress,
+    make_settings,
+)
+from roost.catalogue import find_knee
+from roost.errors import UserError
 from roost.records import BenchPoint, utcnow
+from roost.vllm import prometheus
+from roost.vllm.client import VllmClient, display_url, normalize_base_url, run_sync
+from roost.vllm.stream import Phase, RequestRecord
+
+__all__ = [
+    "RECIPE_CONCURRENCY",
+    "RECIPE_PROMPT_LENGTHS",
+    "WINDOW_MAX",
+    "BenchFailed",
+    "BenchResult",
+    "BenchSettings",
+    "arun_benchmark",
+    "make_settings",
+    "run_benchmark",
+]
 
 log = logging.getLogger(__name__)
-
-WINDOW_MAX = 0
-"""In ``prompt_lengths``: the largest prompt the served window admits."""
-
-SEED_PROMPT_LENGTHS = [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX]
-SEED_CONCURRENCY = [1, 16, 20, 24]
-
-Progress = Callable[[str, float], None]
-T = TypeVar("T")
-
-
-class BenchSettings(BaseModel):
-    """What to measure and how patiently. Defaults reproduce the seeds' sweeps."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    prompt_lengths: list[int] = Field(
-        default_factory=lambda: list(SEED_PROMPT_LENGTHS),
-        description="Single-stream sweep, in prompt tokens (chat template included); 0 = the largest the window admits. Empty: no sweep.",
-    )
-    output_tokens: int = Field(default=256, ge=2, description="max_tokens of every measured request (ignore_eos).")
-    concurrency: list[int] = Field(
-        default_factory=lambda: list(SEED_CONCURRENCY), description="Concurrency sweep levels. Empty: no sweep."
-    )
-    max_num_seqs: int | None = Field(default=None, ge=1, description="The server's --max-num-seqs; added as a level.")
-    concurrency_prompt_tokens: int = Field(default=512, ge=1, description="Prompt length in the concurrency sweep.")
-    requests_per_user: int = Field(default=1, ge=1, description="Back-to-back requests per user in a concurrency step.")
-    repeats: int = Field(default=3, ge=1, description="Steps per point (median, min, max over them).")
-    warmup: int = Field(default=2, ge=0, description="Unmeasured requests sent first.")
-    warmup_prompt_tokens: int | None = Field(default=None, ge=1, description="Default: the smallest measured prompt.")
-    thinking: bool = Field(default=False, description="chat_template_kwargs.enable_thinking.")
-    temperature: float = Field(default=0.0, ge=0.0)
-    ignore_eos: bool = True
-    extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request body.")
-    max_model_len: int | None = Field(default=None, ge=1, description="The served window; default: ask the server.")
-    window_margin: int = Field(default=0, ge=0, description="Tokens kept free below the window for WINDOW_MAX.")
-    ttft_timeout_base_s: float = Field(default=60.0, gt=0)
-    min_prefill_tok_s: float = Field(default=100.0, gt=0, description="Slowest prefill tolerated before a time-out.")
-    min_decode_tok_s: float = Field(default=1.0, gt=0, description="Slowest per-request decode tolerated.")
-    stall_timeout_s: float = Field(default=120.0, gt=0, description="Longest silence mid-stream.")
-    connect_timeout_s: float = Field(default=10.0, gt=0)
-    metrics_poll_s: float = Field(default=2.0, ge=0, description="Gauge polling period during a step; 0 = off.")
-    knee_tolerance: float = Field(default=0.05, ge=0, lt=1)
-    seed: int = 0
-
-    @field_validator("prompt_lengths")
-    @classmethod
-    def _lengths(cls, v: list[int]) -> list[int]:
-        if any(x < 0 for x in v):
-            raise ValueError("prompt lengths must be positive token counts (0 = the largest the window admits)")
-        return v
-
-    @field_validator("concurrency")
-    @classmethod
-    def _levels(cls, v: list[int]) -> list[int]:
-        if any(x < 1 for x in v):
-            raise ValueError("concurrency levels must be >= 1")
-        return v
-
-    def levels(self) -> list[int]:
-        """Concurrency levels, ascending, ``max_num_seqs`` included."""
-        out = set(self.concurrency)
-        if self.max_num_seqs and self.concurrency:
-            out.add(self.max_num_seqs)
-        return sorted(out)
-
-    def chat_template_kwargs(self) -> dict[str, Any]:
-        return {"enable_thinking": self.thinking}
-
-    def budget(self, prompt_tokens: int, concurrency: int) -> RequestBudget:
-        """Per-request time budget, scaled to the prompt and to the users sharing the server."""
-        first = self.ttft_timeout_base_s + concurrency * prompt_tokens / self.min_prefill_tok_s
-        per_user = self.requests_per_user if concurrency > 1 else 1
-        return RequestBudget(first_token_s=first * per_user, total_s=(first + self.output_tokens / self.min_decode_tok_s) * per_user)
-
-
-def make_settings(**values: Any) -> BenchSettings:
-    """:class:`BenchSettings` from user input; a bad value is a UserError naming the field."""
-    try:
-        return BenchSettings(**{k: v for k, v in values.items() if v is not None})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(x) for x in err["loc"]) or "settings"
-        raise UserError(f"benchmark setting {field}: {err['msg']}") from None
-
-
-class Knee(BaseModel):
-    """Where adding users stops adding throughput."""
-
-    concurrency: int = Field(description="Smallest level within `tolerance` of the peak aggregate tok/s.")
-    output_tok_s: float
-    peak_concurrency: int
-    peak_output_tok_s: float
-    tolerance: float
-    saturated: bool = Field(description="A higher level was measured and added no throughput (else: not reached yet).")
-
-
-def find_knee(levels: Sequence[tuple[int, float]], tolerance: float = 0.05) -> Knee | None:
-    """The knee of aggregate throughput against concurrency.
-
-    The knee is the smallest concurrency whose aggregate tok/s is within ``tolerance`` (a
-    fraction) of the best measured; beyond it, more users add less than that. ``saturated``
-    says whether a higher level was measured at all; if the knee is the highest level measured,
-    throughput may still be growing.
-    """
-    pts = sorted((c, t) for c, t in levels if t is not None and t > 0 and not math.isnan(t))
-    if not pts:
-        return None
-    peak_c, peak_t = max(pts, key=lambda p: (p[1], -p[0]))
-    knee_c, knee_t = next((c, t) for c, t in pts if t >= (1 - tolerance) * peak_t)
-    return Knee(
-        concurrency=knee_c,
-        output_tok_s=knee_t,
-        peak_concurrency=peak_c,
-        peak_output_tok_s=peak_t,
-        tolerance=tolerance,
-        saturated=knee_c < pts[-1][0],
-    )
-
-
-class BenchResult(BaseModel):
-    """A benchmark run: points, every request, the knee, and what failed."""
-
-    base_url: str
-    model: str
-    settings: BenchSettings
-    status: Literal["completed", "failed"] = "completed"
-    errors: list[str] = Field(default_factory=list, description="Run-level failures (a dead server, a rejected key...).")
-    notes: list[str] = Field(default_factory=list, description="Clipped lengths, inexact prompts, a missing /tokenize...")
-    max_model_len: int | None = None
-    points: list[BenchPoint] = Field(default_factory=list)
-    requests: list[RequestRecord] = Field(default_factory=list)
-    knee: Knee | None = None
-    started_at: str = ""
-    wall_s: float = 0.0
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "failed"
-
-    def point_rows(self) -> list[dict[str, Any]]:
-        """One flat row per point (for the results store)."""
-        rows = []
-        for p in self.points:
-            row = p.model_dump(exclude={"metrics_delta"})
-            row.update({f"metrics_{k}": v for k, v in p.metrics_delta.items()})
-            rows.append(row)
-        return rows
-
-    def request_rows(self) -> list[dict[str, Any]]:
-        """One flat row per request, with its metrics (times in seconds, relative to its send)."""
-        rows = []
-        for r in self.requests:
-            row = r.model_dump(exclude={"token_times", "t_sent", "t_first", "t_last", "t_end"})
-            row.update(
-                t_first_s=None if r.t_first is None else r.t_first - r.t_sent,
-                t_last_s=None if r.t_last is None else r.t_last - r.t_sent,
-                t_end_s=None if r.t_end is None else r.t_end - r.t_sent,
-                ttft_s=M.ttft(r),
-                tpot_s=M.tpot(r),
-                e2el_s=M.e2el(r),
-                decode_tok_s=M.decode_tok_s(r),
-                token_chunks=len(r.token_times),
-                itl_s_max=max(M.itl(r), default=None),
-            )
-            rows.append(row)
-        return rows
-
-
-class BenchFailed(StageFailed):
-    """The benchmark stopped on a dead server; ``result`` holds every row measured before."""
-
-    def __init__(self, result: BenchResult) -> None:
-        super().__init__("benchmark", "; ".join(result.errors) or "failed")
-        self.result = result
-
-
-# --- the run ----------------------------------------------------------------------------------
-
 
 class _ServerGone(Exception):
     pass
 
 
 class _Run:
-    def __init__(self, client: BenchClient, settings: BenchSettings, result: BenchResult, progress: Progress | None):
+    def __init__(self, client: VllmClient, settings: BenchSettings, result: BenchResult, progress: Progress | None):
         self.client = client
         self.s = settings
         self.result = result
@@ -294,34 +136,28 @@ class _Run:
 
     async def discover(self) -> None:
         """Check the server answers, the key and the model name; learn the window and the tokenizer."""
+        where = display_url(self.client.base_url)
         try:
-            resp = await self.client.get("/v1/models", timeout_s=self.s.connect_timeout_s + 20)
+            answer = await self.client.models(timeout_s=self.s.connect_timeout_s + 20)
         except httpx.HTTPError as exc:
-            raise _ServerGone(f"server not reachable at {display_url(self.client.base_url)}: {type(exc).__name__} {exc}") from None
-        if resp.status_code in (401, 403):
+            raise _ServerGone(f"server not reachable at {where}: {type(exc).__name__} {exc}") from None
+        if answer.status_code in (401, 403):
             raise UserError(
-                f"{display_url(self.client.base_url)} rejected the API key (HTTP {resp.status_code}); "
+                f"{where} rejected the API key (HTTP {answer.status_code}); "
                 "set VLLM_API_KEY (or --api-key) to the key the server was started with"
             )
-        if resp.status_code in (404, 405):
+        if answer.status_code in (404, 405):
             raise UserError(
-                f"{display_url(self.client.base_url)} has no /v1/models (HTTP {resp.status_code}): "
+                f"{where} has no /v1/models (HTTP {answer.status_code}): "
                 "pass the root URL of an OpenAI-compatible server (e.g. http://host:8000)"
             )
-        served: list[dict[str, Any]] = []
-        if resp.status_code == 200:
-            with contextlib.suppress(ValueError, AttributeError):
-                served = [m for m in resp.json().get("data", []) if isinstance(m, dict)]
-        names = [str(m.get("id")) for m in served]
-        if served and self.client.model not in names:
+        if answer.models and self.client.model not in answer.ids:
             raise UserError(
-                f"model {self.client.model!r} is not served at {display_url(self.client.base_url)}; "
-                f"it serves: {', '.join(names)} (pass one of them as --model)"
+                f"model {self.client.model!r} is not served at {where}; "
+                f"it serves: {', '.join(answer.ids)} (pass one of them as --model)"
             )
-        window = self.s.max_model_len
-        for m in served:
-            if m.get("id") == self.client.model and isinstance(m.get("max_model_len"), int) and window is None:
-                window = int(m["max_model_len"])
+        served = answer.get(self.client.model)
+        window = self.s.max_model_len or (served.max_model_len if served else None)
         tok = ServerTokenizer(self.client, self.s.chat_template_kwargs())
         if await tok.available():
             self.builder = PromptBuilder(tok, seed=self.s.seed)
@@ -377,7 +213,7 @@ class _Run:
     # -- steps --
 
     async def step(
-        self, phase: M.Phase, point: int, repeat: int, concurrency: int, target: int, prompts: list[BuiltPrompt],
+        self, phase: Phase, point: int, repeat: int, concurrency: int, target: int, prompts: list[BuiltPrompt],
         peaks: dict[str, float],
     ) -> Step:
         budget = self.s.budget(target, concurrency)
@@ -397,7 +233,6 @@ class _Run:
                         repeat=repeat,
                         concurrency=concurrency,
                         prompt_tokens_target=target,
-                        defer_close=j == per_user - 1,
                         start=go if j == 0 else None,
                     )
                 )
@@ -406,7 +241,7 @@ class _Run:
         await self.client.preconnect(concurrency)
         poller = asyncio.create_task(self.poll_gauges(peaks)) if self.s.metrics_poll_s > 0 else None
         # No cyclic garbage collection while timing: a full collection of a big heap is a pause.
-        gc.collect()
+        # (Frozen objects are not scanned until unfrozen; collecting first would cost a full pass.)
         gc.freeze()
         gc.disable()
         tasks = [asyncio.ensure_future(user(u)) for u in range(concurrency)]
@@ -542,31 +377,14 @@ def _point(
         skip_reason=skip_reason,
         repeats=len(steps),
         thinking=s.thinking,
-        ttft_s_median=st.ttft.median,
-        ttft_s_min=st.ttft.min,
-        ttft_s_max=st.ttft.max,
-        ttft_s_p90=st.ttft.p90,
-        ttft_s_p99=st.ttft.p99,
-        tpot_s_median=st.tpot.median,
-        tpot_s_p90=st.tpot.p90,
-        tpot_s_p99=st.tpot.p99,
-        itl_s_median=st.itl.median,
-        itl_s_p90=st.itl.p90,
-        itl_s_p99=st.itl.p99,
-        e2el_s_median=st.e2el.median,
-        e2el_s_p90=st.e2el.p90,
-        e2el_s_p99=st.e2el.p99,
-        decode_tok_s_median=st.decode_tok_s.median,
-        decode_tok_s_min=st.decode_tok_s.min,
-        decode_tok_s_max=st.decode_tok_s.max,
-        decode_tok_s_p10=M.percentile(
-            [d for s_ in steps for r in M.completed(s_.records) if (d := M.decode_tok_s(r)) is not None], 10
-        ),
-        output_tok_s=st.output_throughput.median,
-        output_tok_s_min=st.output_throughput.min,
-        output_tok_s_max=st.output_throughput.max,
-        request_rate=st.request_throughput.median,
         usage_missing=st.usage_missing,
+        ttft_s=st.ttft,
+        tpot_s=st.tpot,
+        itl_s=st.itl,
+        e2el_s=st.e2el,
+        decode_tok_s=st.decode_tok_s,
+        output_tok_s=st.output_throughput,
+        request_rate=st.request_throughput,
         metrics_delta=delta,
     )
 
@@ -587,7 +405,7 @@ async def arun_benchmark(
         started_at=utcnow().isoformat(),
     )
     t0 = time.perf_counter()
-    async with BenchClient(
+    async with VllmClient(
         base_url,
         model,
         api_key=api_key,
@@ -604,38 +422,12 @@ async def arun_benchmark(
             result.status = "failed"
             result.errors.append(client.scrub(f"{type(exc).__name__}: {exc}"))
         concurrency_points = [p for p in result.points if p.kind == "concurrency" and not p.skipped]
-        result.knee = find_knee(
-            [(p.concurrency, p.output_tok_s) for p in concurrency_points if p.output_tok_s is not None],
-            settings.knee_tolerance,
-        )
+        result.knee = find_knee([(p.concurrency, p.output_tok_s.median) for p in concurrency_points])
         result.wall_s = time.perf_counter() - t0
         done = "completed" if not result.failed else "failed: " + "; ".join(result.errors)
         run.done_steps = run.total_steps
         await run.report(f"benchmark {done} in {result.wall_s:.1f} s ({len(result.points)} points)")
     return result
-
-
-def _run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine to completion from sync code, even if this thread already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(factory())
-    ctx = contextvars.copy_context()
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = ctx.run(asyncio.run, factory())
-        except BaseException as exc:
-            box["error"] = exc
-
-    th = threading.Thread(target=target, name="roost-bench")
-    th.start()
-    th.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
 
 
 def run_benchmark(
@@ -653,4 +445,4 @@ def run_benchmark(
     :class:`~roost.errors.UserError` for a rejected API key or a model the server does not serve.
     ``progress(message, fraction_done)`` is called between steps, from a worker thread.
     """
-    return _run_sync(lambda: arun_benchmark(base_url, model, settings, api_key=api_key, progress=progress))
+    return run_sync(lambda: arun_benchmark(base_url, model, settings, api_key=api_key, progress=progress))

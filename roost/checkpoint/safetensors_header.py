@@ -4,17 +4,24 @@ A safetensors file is ``<u64 little-endian N><N bytes of JSON header><data secti
 tensor names to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets relative to the data
 section) plus an optional ``__metadata__`` object of string -> string.
 
-One ``pread`` per file covers the length prefix and (almost always) the whole header; ``json.loads``
-parses it. Validation mirrors what ``safetensors`` itself enforces, and then some: the length fits the
-file, every dtype is known, every span lies inside the data section, ``end - begin`` equals the
-tensor's byte size (sub-byte dtypes included), and the spans tile the data section with no overlap and
-no gap. Any violation is a :class:`HeaderError` naming the file and the tensor (exit 2).
+One ``pread`` per file covers the length prefix and (almost always) the whole header; ``orjson``
+parses it with Python's cyclic garbage collector paused (a 31k-tensor header is ~100k small dicts and
+lists that hold no cycles; the collector would walk them again and again while they are built).
+Validation mirrors what ``safetensors`` itself enforces, and then some: the length fits the file,
+every dtype is known, every span lies inside the data section, ``end - begin`` equals the tensor's
+byte size (sub-byte dtypes included), and the spans tile the data section with no overlap and no gap.
+Any violation is a :class:`HeaderError` naming the file and the tensor (exit 2).
+
+Writing headers (and shards) is :mod:`roost.checkpoint.writer`'s job.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain, repeat
 from math import prod
@@ -56,8 +63,10 @@ DTYPE_BITS: dict[str, int] = {
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
 
+# Bytes per element for the dtypes that fill whole bytes (the fast path compares byte counts directly).
+_WHOLE_BYTES: dict[str, int] = {d: b // 8 for d, b in DTYPE_BITS.items() if b % 8 == 0}
+
 _OFFSETS, _SHAPE, _DTYPE = itemgetter("data_offsets"), itemgetter("shape"), itemgetter("dtype")
-_BEGIN, _END = itemgetter(0), itemgetter(1)
 
 # safetensors refuses headers above 100 MB; a larger declared length means a corrupt or foreign file.
 MAX_HEADER_BYTES = 100_000_000
@@ -86,10 +95,6 @@ class TensorEntry:
     begin: int
     end: int
 
-    @property
-    def nbytes(self) -> int:
-        return self.end - self.begin
-
     @classmethod
     def of(cls, raw: RawEntry) -> TensorEntry:
         b, e = raw["data_offsets"]
@@ -98,26 +103,24 @@ class TensorEntry:
 
 @dataclass(frozen=True, slots=True)
 class ShardHeader:
-    """A validated header: where the file is, what it holds, how big each part is."""
+    """A validated header: where the file is, what it holds, how big each part is.
+
+    ``dtypes`` and ``sizes`` are aligned with ``tensors`` (header order): validation computes them
+    anyway, and the audit reads them as lists.
+    """
 
     path: Path
     file_size: int
     header_len: int
     metadata: dict[str, str]
     tensors: dict[str, RawEntry]  # validated JSON entries, in header order
-    nbytes: dict[str, int]  # byte span of each tensor
-
-    def entry(self, name: str) -> TensorEntry:
-        return TensorEntry.of(self.tensors[name])
+    dtypes: list[str]  # dtype of each tensor
+    sizes: list[int]  # byte span of each tensor
 
     @property
     def data_offset(self) -> int:
-        """Absolute file offset of the data section."""
+        """Absolute file offset of the data section (where ``data_offsets`` count from)."""
         return 8 + self.header_len
-
-    @property
-    def data_bytes(self) -> int:
-        return self.file_size - self.data_offset
 
 
 def tensor_nbytes(dtype: str, shape: tuple[int, ...] | list[int]) -> int:
@@ -127,6 +130,18 @@ def tensor_nbytes(dtype: str, shape: tuple[int, ...] | list[int]) -> int:
         n *= d
     bits = n * DTYPE_BITS[dtype]
     return bits // 8 if bits % 8 == 0 else -1
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector (restored as it was on exit), for bulk allocations without cycles."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def read_header(path: Path) -> ShardHeader:
@@ -174,7 +189,8 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
     """
     header_len = len(raw)
     try:
-        obj = orjson.loads(raw)
+        with paused_gc():
+            obj = orjson.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f" at byte {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
         raise HeaderError(f"{path}: header is not valid JSON{where}; the file is corrupt or not safetensors") from None
@@ -191,51 +207,62 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
         metadata = metadata_obj
 
     data_bytes = file_size - 8 - header_len
-    spans = _fast_valid(obj, data_bytes)
-    if spans is None:
+    valid = _fast_valid(obj, data_bytes)
+    if valid is None:
         _slow_validate(path, obj, data_bytes)  # raises with the precise problem
         raise HeaderError(f"{path}: header failed validation")  # pragma: no cover - slow path always names it
+    dtypes, sizes = valid
     return ShardHeader(
         path=path,
         file_size=file_size,
         header_len=header_len,
         metadata=metadata,
         tensors=obj,
-        nbytes=dict(zip(obj, spans, strict=True)),
+        dtypes=dtypes,
+        sizes=sizes,
     )
 
 
-def _fast_valid(obj: dict[str, Any], data_bytes: int) -> list[int] | None:
-    """Each tensor's byte span when every entry is well-formed and the spans tile the data section; else None.
+def _fast_valid(obj: dict[str, Any], data_bytes: int) -> tuple[list[str], list[int]] | None:
+    """Each tensor's dtype and byte span when every entry is well-formed and the spans tile the data
+    section; else None (the slow path then names the problem).
 
-    Every pass is a C-level ``map``: sizes (dtype bits x prod(shape)) must equal 8 x span exactly (so
-    sub-byte dtypes fill whole bytes), every number is an int, dimensions are non-negative, and the
-    sorted [begin, end] pairs flattened read 0, e0=b1, e1=b2, ..., data_bytes.
+    Every pass is a C-level ``map``: every offset and dimension is an int, dimensions are non-negative,
+    sizes (prod(shape) x dtype bytes, or bits for sub-byte dtypes) equal the spans exactly, and the
+    [begin, end] pairs read 0, e0=b1, e1=b2, ..., data_bytes — in header order (how safetensors and
+    roost write them) or, failing that, sorted by offset.
     """
     vals = list(obj.values())
     if not vals:
-        return [] if data_bytes == 0 else None
+        return ([], []) if data_bytes == 0 else None
     try:
-        offs = list(map(_OFFSETS, vals))
+        dtypes = list(map(_DTYPE, vals))
         shapes = list(map(_SHAPE, vals))
-        nbits = list(map(mul, map(prod, shapes), map(DTYPE_BITS.__getitem__, map(_DTYPE, vals))))
-        spans = list(map(sub, map(_END, offs), map(_BEGIN, offs)))
-        if list(map(mul, spans, repeat(8))) != nbits:
+        offs = list(map(_OFFSETS, vals))
+        if set(map(len, offs)) != {2}:
+            return None
+        flat = list(chain.from_iterable(offs))
+        if set(map(type, flat)) != {int}:
             return None
         dims = list(chain.from_iterable(shapes))
         if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
             return None
-        flat = list(chain.from_iterable(sorted(offs)))
+        begins, ends = flat[0::2], flat[1::2]
+        spans = list(map(sub, ends, begins))
+        elements = map(prod, shapes)
+        if set(dtypes) <= _WHOLE_BYTES.keys():
+            if list(map(mul, elements, map(_WHOLE_BYTES.__getitem__, dtypes))) != spans:
+                return None
+        elif list(map(mul, elements, map(DTYPE_BITS.__getitem__, dtypes))) != list(map(mul, spans, repeat(8))):
+            return None
     except (KeyError, TypeError, ValueError, IndexError):
         return None
-    ok = (
-        len(flat) == 2 * len(offs)
-        and set(map(type, flat)) == {int}
-        and flat[0] == 0
-        and flat[-1] == data_bytes
-        and flat[1:-1:2] == flat[2::2]
-    )
-    return spans if ok else None
+    # spans equal sizes of non-negative dimensions, so they are >= 0: chained pairs tile the section
+    if begins[0] == 0 and ends[-1] == data_bytes and begins[1:] == ends[:-1]:
+        return dtypes, spans
+    ordered = list(chain.from_iterable(sorted(offs)))
+    tiled = ordered[0] == 0 and ordered[-1] == data_bytes and ordered[1:-1:2] == ordered[2::2]
+    return (dtypes, spans) if tiled else None
 
 
 def _slow_validate(path: Path, obj: dict[str, Any], data_bytes: int) -> None:
@@ -301,23 +328,3 @@ def _check_tiling(path: Path, spans: list[tuple[int, int, str]], data_bytes: int
                 "the file does not match its header"
             )
         raise HeaderError(f"{path}: tensors end at {pos:,} but the data section holds {data_bytes:,} bytes")
-
-
-def header_bytes(tensors: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None) -> tuple[bytes, int]:
-    """Serialize a header for ``(name, dtype, shape)`` tensors laid out in order; returns (header, data bytes).
-
-    The JSON is space-padded to a multiple of 8 bytes, as safetensors writes it.
-    """
-    obj: dict[str, Any] = {}
-    if metadata is not None:
-        obj["__metadata__"] = metadata
-    pos = 0
-    for name, dtype, shape in tensors:
-        n = tensor_nbytes(dtype, shape)
-        if n < 0:
-            raise ValueError(f"{name}: {dtype} x {list(shape)} is not a whole number of bytes")
-        obj[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + n]}
-        pos += n
-    raw = json.dumps(obj, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    return len(raw).to_bytes(8, "little") + raw, pos

@@ -20,16 +20,18 @@ def audit(
     as_json: Annotated[bool, typer.Option("--json", help="Print the full report as JSON.")] = False,
 ) -> None:
     """Audit a checkpoint from its headers alone: integrity, layout, findings, decode ceiling, vLLM args."""
-    from roost.checkpoint.audit import audit_checkpoint
+    # Imported here, not at module level: every roost command loads this module at start, and CLI
+    # start time is measured (the audit pulls in pydantic models and orjson).
     from roost.hosts import get_host
+    from roost.plan.report import audit_for_host
 
-    report = audit_checkpoint(path, get_host(host))
+    report = audit_for_host(path, get_host(host))
     if as_json:
         echo_json(report.to_json())
     else:
         typer.echo(report.summary())
     if report.has_errors:
-        errors = [f.code for f in report.findings if f.severity == "error"]
+        errors = [f.code for f in report.errors]
         raise fail(f"{path}: {len(errors)} error finding(s): {', '.join(dict.fromkeys(errors))}; fix the checkpoint before serving it", 1)
 
 

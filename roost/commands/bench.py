@@ -1,9 +1,14 @@
 """``roost bench BASE_URL --model NAME``: benchmark any OpenAI-compatible server.
 
 Runs the single-stream prompt-length sweep and the concurrency sweep of ``roost/bench/sweep.py``
-(definitions: ``roost/bench/metrics.py``). Progress goes to stderr; the table, or with ``--json``
+(definitions: ``roost/catalogue.py``). Progress goes to stderr; the table, or with ``--json``
 the points, to stdout. Exit 0 when the run completed (points with request errors included), 1
 when the server stopped answering (what was measured is still printed), 2 for unusable input.
+
+The JSON: ``base_url``, ``model``, ``status``, ``max_model_len``, ``errors``, ``notes``, ``knee``
+(``concurrency``, ``output_tok_s``, ``peak_concurrency``, ``peak_output_tok_s``, ``tolerance``,
+``saturated``) and ``points``: :class:`~roost.records.BenchPoint` dumps, each metric a
+distribution (``"ttft_s": {"count", "mean", "median", "min", "max", "p10", "p90", "p99"}``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from roost.catalogue import DECODE, KNEE, OUTPUT_THROUGHPUT, TTFT, fmt_value
 from roost.commands._common import echo_json, user_errors
 from roost.errors import UserError
 
@@ -40,28 +46,33 @@ def parse_int_list(text: str, option: str, *, allow_max: bool = False) -> list[i
     return out
 
 
-def _fmt(v: float | None, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
+def _num(value: float | None) -> str:
+    """A table cell: the number as every output prints it, the unit being in the column head."""
+    return fmt_value(value, "")
 
 
 def render(result: BenchResult) -> str:
-    lines = [f"{result.model} at {result.base_url} (window {result.max_model_len or 'unknown'} tokens)", ""]
-    head = f"{'kind':<13} {'prompt':>7} {'users':>5} {'TTFT p50 s':>10} {'decode tok/s p50 [min-max]':>27} {'agg tok/s':>9} {'req':>4} {'err':>4}"
+    window = fmt_value(result.max_model_len, "tokens") if result.max_model_len else "unknown"
+    lines = [f"{result.model} at {result.base_url} (window {window})", ""]
+    head = (f"{'kind':<13} {'prompt':>7} {'users':>5} {TTFT.label + ' p50 (' + TTFT.unit + ')':>12} "
+            f"{DECODE.label + ' p50 [min-max]':>27} {OUTPUT_THROUGHPUT.label:>22} {'req':>4} {'err':>4}")
     if result.points:
         lines += [head, "-" * len(head)]
     for p in result.points:
         if p.skipped:
             lines.append(f"{p.kind:<13} {p.prompt_tokens:>7} {p.concurrency:>5}  skipped: {p.skip_reason}")
             continue
-        spread = f"{_fmt(p.decode_tok_s_median, '.1f')} [{_fmt(p.decode_tok_s_min, '.1f')}-{_fmt(p.decode_tok_s_max, '.1f')}]"
+        d = p.decode_tok_s
+        spread = f"{_num(d.median)} [{_num(d.min)}-{_num(d.max)}]"
         lines.append(
-            f"{p.kind:<13} {p.prompt_tokens:>7} {p.concurrency:>5} {_fmt(p.ttft_s_median, '.3f'):>10} "
-            f"{spread:>27} {_fmt(p.output_tok_s, '.1f'):>9} {p.requests:>4} {p.errors:>4}"
+            f"{p.kind:<13} {p.prompt_tokens:>7} {p.concurrency:>5} {_num(p.ttft_s.median):>12} "
+            f"{spread:>27} {_num(p.output_tok_s.median):>22} {p.requests:>4} {p.errors:>4}"
         )
     if result.knee is not None:
         k = result.knee
         more = "" if k.saturated else "; throughput may still grow past the highest level measured"
-        lines += ["", f"knee: {k.concurrency} users at {k.output_tok_s:.1f} tok/s (peak {k.peak_output_tok_s:.1f} at {k.peak_concurrency}{more})"]
+        lines += ["", f"{KNEE.label}: {k.concurrency} users at {fmt_value(k.output_tok_s, OUTPUT_THROUGHPUT.unit)} "
+                      f"(peak {fmt_value(k.peak_output_tok_s, OUTPUT_THROUGHPUT.unit)} at {k.peak_concurrency}{more})"]
     lines += [f"note: {n}" for n in result.notes]
     lines += [f"error: {e}" for e in result.errors]
     return "\n".join(lines)
@@ -101,6 +112,8 @@ def bench(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress lines on stderr.")] = False,
 ) -> None:
     """Benchmark an OpenAI-compatible server: TTFT and decode tok/s against prompt length, aggregate tok/s against users."""
+    # Imported here, not at module level: the benchmark engine pulls in httpx, and every roost
+    # command's start time pays for what roost/cli.py imports.
     from roost.bench.sweep import make_settings, run_benchmark
 
     values: dict[str, Any] = {

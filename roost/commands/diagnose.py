@@ -14,6 +14,7 @@ import typer
 
 from roost.commands._common import echo_json, user_errors
 from roost.errors import UserError
+from roost.serve.diagnose import diagnose
 
 
 def diagnose_command(
@@ -26,8 +27,6 @@ def diagnose_command(
     timed_out: Annotated[bool, typer.Option("--timed-out", help="The health wait gave up before the server was ready.")] = False,
 ) -> None:
     """Classify a failed vLLM start from its log: KV pool too small, vision-tower flags, MTP weights, OOM, port in use..."""
-    from roost.serve.diagnose import diagnose
-
     try:
         text = logfile.read_bytes().decode("utf-8", errors="replace")
     except IsADirectoryError:

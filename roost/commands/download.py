@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from roost.commands._common import echo_json, user_errors
 from roost.errors import UserError
+from roost.settings import checkpoint_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -34,16 +36,10 @@ def download(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")] = False,
 ) -> None:
-    from pydantic import ValidationError
-
-    from roost.hub.download import (
-        DownloadProgress,
-        DownloadSpec,
-        default_local_dir,
-        download_and_verify,
-        format_bytes,
-        format_seconds,
-    )
+    # Imported here, not at module level: every roost command pays the CLI's start time, and
+    # huggingface_hub and httpx (imported by roost.hub.snapshot) are only needed when downloading.
+    from roost.hub.progress import DownloadProgress
+    from roost.hub.snapshot import DownloadSpec, download_and_verify
 
     try:
         spec = DownloadSpec(repo_id=repo_id, revision=revision)
@@ -51,7 +47,7 @@ def download(
         raise UserError(
             "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
         ) from None
-    target = local_dir if local_dir is not None else default_local_dir(spec.repo_id)
+    target = local_dir if local_dir is not None else checkpoint_dir(spec.repo_id)
     if target.exists() and not target.is_dir():
         raise UserError(f"--local-dir {target} exists and is not a directory; pass a directory")
 
@@ -63,16 +59,8 @@ def download(
     result = download_and_verify(spec, target, progress=show, progress_interval=5.0)
     if json_output:
         echo_json(result)
-        return
-    how = (
-        "cached, nothing fetched or hashed"
-        if result.cached
-        else f"fetched {format_bytes(result.downloaded_bytes)}, hashed {format_bytes(result.hashed_bytes)}"
-    )
-    typer.echo(
-        f"{result.repo_id}@{result.commit} verified in {result.local_dir}: {len(result.files)} files, "
-        f"{format_bytes(result.bytes)} ({how}, {format_seconds(result.seconds)})"
-    )
+    else:
+        typer.echo(result.summary())
 
 
 def _log_to_stderr() -> None:

@@ -28,10 +28,16 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Predict vLLM's KV-cache sizing and check the fit for one checkpoint, pool and host."""
+    # Imported here, not at module level: every roost command loads this module at start, and CLI
+    # start time is measured (the plan pulls in the audit, pydantic models and orjson).
     from roost.hosts import get_host
+    from roost.plan.inputs import PlanInputs
     from roost.plan.preflight import plan_checkpoint
+    from roost.plan.report import audit_for_host
 
-    result = plan_checkpoint(path, get_host(host), kv_cache_memory_bytes, max_model_len=max_model_len)
+    target = get_host(host)
+    inputs = PlanInputs(kv_cache_memory_bytes=kv_cache_memory_bytes, max_model_len=max_model_len)
+    result = plan_checkpoint(audit_for_host(path, target), target, inputs)
     if as_json:
         echo_json(result.to_json())
     else:
@@ -39,6 +45,7 @@ def plan(
     refusal = result.refusal()
     if refusal is not None:
         raise fail(f"{path}: {refusal[1]}", 1)
+
 
 def register(app: typer.Typer) -> None:
     app.command("plan", help="Predict vLLM's KV-cache size, concurrency and fit for a checkpoint.")(

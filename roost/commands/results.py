@@ -12,7 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
+from roost.catalogue import fmt_value
 from roost.commands._common import echo_json, user_errors
+from roost.errors import UserError
+from roost.settings import results_dir as default_results_dir
 
 COLUMNS: list[tuple[str, str]] = [
     ("run_id", "run"),
@@ -40,8 +43,6 @@ def _cell(key: str, value: Any) -> str:
     if key == "knee_concurrency":
         return str(int(value))
     if key in NUMERIC:
-        from roost.headline import fmt_value
-
         return fmt_value(float(value))
     return str(value)
 
@@ -71,8 +72,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 
 def select_runs(df: Any, model: str | None, host: str | None, last: int | None) -> Any:
     """Filter a ``load_runs`` frame; an unknown model or host is a UserError naming the known ones."""
-    from roost.errors import UserError
-    from roost.store import slug
+    from roost.store.layout import slug  # light, but its package imports pyarrow (CLI start time)
 
     if model is not None:
         keep = (
@@ -109,9 +109,7 @@ def results(
     ] = None,
 ) -> None:
     """List stored runs with their headline numbers, oldest first."""
-    from roost.errors import UserError
-    from roost.settings import results_dir as default_results_dir
-    from roost.store import load_runs
+    from roost.store import load_runs  # pyarrow and pandas: only when the command runs (CLI start time)
 
     root = results_dir if results_dir is not None else default_results_dir()
     if root.exists() and not root.is_dir():

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Annotated, Any, cast, get_args
+from typing import Annotated, Any, cast, get_args
 
 import typer
 
+from roost import catalogue as C
 from roost.commands._common import echo_json, user_errors
 from roost.errors import UserError
-from roost.serve.base import RestartPolicy
-
-if TYPE_CHECKING:
-    from roost.profiles import ModelProfile
+from roost.headline import headline_rows
+from roost.hosts import get_host
+from roost.net import require_free_port
+from roost.profiles import ModelProfile, get_profile
+from roost.records import RunRecord
+from roost.serve.base import RestartPolicy, check_vllm_args
 
 
 def register(app: typer.Typer) -> None:
@@ -38,12 +41,7 @@ def run(
     notify: Annotated[bool, typer.Option("--notify/--no-notify", help="Send Slack notifications if configured.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON.")] = False,
 ) -> None:
-    from roost.hosts import get_host
-    from roost.net import require_free_port
-    from roost.profiles import get_profile
-    from roost.serve.base import check_vllm_args
-
-    if os.environ.get("PREFECT_API_URL"):  # saved model-profile / spark-host documents count too
+    if os.environ.get("PREFECT_API_URL"):  # saved model-profile / roost-host documents count too
         prof = _saved_or_builtin(profile, host)
     else:  # unknown names fail here, before a temporary Prefect server starts
         prof = get_profile(profile)
@@ -61,6 +59,7 @@ def run(
     # Its telemetry heartbeat sends usage data off the machine, and on a brand-new database it races
     # its own first insert and prints an SQLAlchemy traceback; roost runs never need it.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Prefect and the flows load only when a run starts: every `roost` command imports this module.
     from flows.land import land
 
     record = land(profile=profile, revision=revision, host=host, vllm_overrides=overrides or None, port=port,
@@ -75,7 +74,7 @@ def _saved_or_builtin(profile: str, host: str | None) -> ModelProfile:
     """The profile (and check the host) as the flow will resolve them, from the Prefect server's blocks."""
     import httpx
 
-    from blocks.resolve import load_host, load_profile
+    from blocks.resolve import load_host, load_profile  # Prefect's client, only when PREFECT_API_URL is set
 
     try:
         prof = load_profile(profile)
@@ -86,20 +85,19 @@ def _saved_or_builtin(profile: str, host: str | None) -> ModelProfile:
     return prof
 
 
-def _summary(record: dict[str, Any]) -> str:
-    meta = record["meta"]
-    lines = [f"roost: landed {meta['repo_id']}@{str(meta['commit'])[:12]} on {meta['host']}"]
-    for p in record.get("points", []):
+def _summary(data: dict[str, Any]) -> str:
+    """The run as a few lines: the headline rows every output shows, one line per point, the stages."""
+    record = RunRecord.model_validate(data)
+    meta = record.meta
+    lines = [f"roost: landed {meta.repo_id}@{meta.commit[:12]} on {meta.host}"]
+    lines += [f"  {r.label:<34} {r.text}" for r in headline_rows(record) if r.value is not None]
+    for p in record.points:
         lines.append(
-            f"  {p['kind']:<13} prompt {p['prompt_tokens']:>6} x{p['concurrency']:<3} "
-            f"TTFT {_fmt(p.get('ttft_s_median'), 's', 3)}  decode {_fmt(p.get('decode_tok_s_median'), 'tok/s', 1)}"
-            f"  aggregate {_fmt(p.get('output_tok_s'), 'tok/s', 1)}"
+            f"  {p.kind:<13} prompt {p.prompt_tokens:>6} x{p.concurrency:<3} "
+            f"{C.TTFT.label} {C.TTFT.format(p.ttft_s.median)}  {C.DECODE.label} {C.DECODE.format(p.decode_tok_s.median)}"
+            f"  aggregate {C.OUTPUT_THROUGHPUT.format(p.output_tok_s.median)}"
         )
-    for s in record.get("stages", []):
-        lines.append(f"  stage {s['stage']:<12} {s['seconds']:7.1f} s  {s['status']}{' (cached)' if s['cached'] else ''}")
-    lines.append(f"report: {record['report_path']}")
+    for s in record.stages:
+        lines.append(f"  stage {s.stage:<12} {s.seconds:7.1f} s  {s.status}{' (cached)' if s.cached else ''}")
+    lines.append(f"report: {record.report_path}")
     return "\n".join(lines)
-
-
-def _fmt(value: object, unit: str, digits: int) -> str:
-    return f"{value:.{digits}f} {unit}" if isinstance(value, int | float) else "n/a"

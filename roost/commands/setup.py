@@ -8,22 +8,24 @@ from typing import Annotated
 import typer
 
 from roost.commands._common import echo_json, user_errors
+from roost.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
     app.command(
         "setup",
         help="Register roost on the Prefect server at PREFECT_API_URL: block types and documents (hosts, model "
-        "profiles), the process work pool, one work queue and one serving concurrency limit per host, the "
-        "zombie-run automation, and the land / rebenchmark / audit deployments. Idempotent: a second run "
-        "changes nothing and says so.",
+        "profiles; host documents earlier releases saved as spark-host are migrated to roost-host), the "
+        "process work pool, one work queue and one serving concurrency limit per host, the zombie-run "
+        "automation, and the land / rebenchmark / audit deployments. Idempotent: a second run changes "
+        "nothing and says so.",
     )(user_errors(setup))
 
 
 def setup(
     pool: Annotated[str, typer.Option(help="Work pool (process type) the workers poll.")] = "roost-spark",
     hosts: Annotated[str, typer.Option(help="Comma-separated hosts: one work queue, limit and deployment set each "
-                                            "(built-ins spark, cpu, or saved spark-host blocks).")] = "spark,cpu",
+                                            "(built-ins spark, cpu, or saved roost-host blocks).")] = "spark,cpu",
     cron: Annotated[str, typer.Option(help="Schedule of the rebenchmark deployments (cron; 'off' for none).")]
         = "0 3 * * *",
     timezone: Annotated[str, typer.Option(help="Time zone of the cron schedule.")] = "UTC",
@@ -37,14 +39,15 @@ def setup(
         "--store-vllm-api-key", help="Save $VLLM_API_KEY into the Secret block roost-vllm-api-key.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    from roost.errors import UserError
-
     host_list = [h.strip() for h in hosts.split(",") if h.strip()]
     if not host_list:
         raise UserError("--hosts is empty: name at least one host, e.g. --hosts spark,cpu")
     if source is not None and not (source / "flows" / "land.py").is_file():
         raise UserError(f"--source {source}: no flows/land.py there; point it at a roost checkout")
 
+    # imported when the command runs, not when the module is: it pulls in Prefect's client, workers,
+    # deployments and events (4-6 s on the 2-core test machine), which the start of every other roost
+    # command would pay (roost/cli.py imports every command module)
     from deployments.setup import setup as run_setup
 
     report = run_setup(pool, host_list, source=source.resolve() if source else None,
@@ -56,7 +59,7 @@ def setup(
     for item in report.items:
         typer.echo(f"{item.status:<10} {item.kind:<18} {item.name}" + (f"  ({item.detail})" if item.detail else ""))
     n = len(report.changed)
-    typer.echo(f"roost setup: {n} object(s) created or updated on {report.api_url}" if n else
+    typer.echo(f"roost setup: {n} object(s) created, updated or migrated on {report.api_url}" if n else
                f"roost setup: nothing to change on {report.api_url}")
     if n:
         typer.echo(f"next: start a worker per host: prefect worker start --pool {report.pool} --work-queue <host>")

@@ -4,7 +4,8 @@ What it writes is a real checkpoint as the Hub serves them: ``config.json``,
 ``generation_config.json``, ``tokenizer.json`` (a byte-level BPE trained on the Python standard
 library's source) + ``tokenizer_config.json`` with a ChatML chat template that honours
 ``enable_thinking`` the way Ornith's does, and BF16 weights in sharded safetensors with
-``model.safetensors.index.json``. Nothing here needs torch: weights are written with numpy.
+``model.safetensors.index.json``, written by :mod:`roost.checkpoint.writer`. Nothing here needs
+torch: weights are drawn with numpy.
 
 Deterministic: the same ``seed`` gives byte-identical files, so the Hub commit and every cache
 key downstream are stable across runs.
@@ -13,12 +14,14 @@ key downstream are stable across runs.
 from __future__ import annotations
 
 import json
-import struct
 import sysconfig
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from roost.checkpoint.writer import TensorSpec, to_bf16_bytes, write_shards
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
@@ -74,10 +77,8 @@ def _corpus(max_bytes: int = 2_000_000) -> list[str]:
     return out
 
 
-def train_tokenizer(vocab_size: int = 2048) -> Any:
+def train_tokenizer(vocab_size: int = 2048) -> Tokenizer:
     """A byte-level BPE (GPT-2 style pre-tokenizer) with the chat special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -89,30 +90,6 @@ def train_tokenizer(vocab_size: int = 2048) -> Any:
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
     return tok
-
-
-def to_bf16_bytes(array: np.ndarray) -> bytes:
-    """float32 -> bfloat16 (round to nearest even), little-endian bytes."""
-    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    return rounded.astype("<u2").tobytes()
-
-
-def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], bytes]],
-                      metadata: dict[str, str] | None = None) -> None:
-    """Write a safetensors file from ``name -> (dtype, shape, raw little-endian bytes)``."""
-    header: dict[str, Any] = {"__metadata__": metadata or {"format": "pt"}}
-    offset = 0
-    for name, (dtype, shape, data) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    with path.open("wb") as fh:
-        fh.write(struct.pack("<Q", len(blob)))
-        fh.write(blob)
-        for _, _, data in tensors.values():
-            fh.write(data)
 
 
 def qwen3_tensor_shapes(cfg: dict[str, Any]) -> dict[str, list[int]]:
@@ -158,28 +135,17 @@ def generate_tiny_model(out_dir: Path, *, seed: int = 0, num_shards: int = 2,
     cfg["eos_token_id"] = ids["<|im_end|>"]
 
     rng = np.random.default_rng(seed)
-    shapes = qwen3_tensor_shapes(cfg)
-    names = list(shapes)
-    shard_names = [f"model-{i + 1:05d}-of-{num_shards:05d}.safetensors" for i in range(num_shards)]
-    weight_map: dict[str, str] = {}
-    total = 0
-    per_shard = -(-len(names) // num_shards)
-    for s, shard in enumerate(shard_names):
-        tensors: dict[str, tuple[str, list[int], bytes]] = {}
-        for name in names[s * per_shard:(s + 1) * per_shard]:
-            shape = shapes[name]
-            if name.endswith("norm.weight"):
-                values = np.ones(shape, dtype=np.float32)
-            else:
-                values = rng.normal(0.0, 0.02, size=shape).astype(np.float32)
-            data = to_bf16_bytes(values)
-            tensors[name] = ("BF16", shape, data)
-            weight_map[name] = shard
-            total += len(data)
-        write_safetensors(out_dir / shard, tensors)
 
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    _write_json(out_dir / "model.safetensors.index.json", index)
+    def weights(name: str, dtype: str, shape: tuple[int, ...]) -> bytes:
+        """Norms are ones, everything else N(0, 0.02): drawn in tensor order, so the seed fixes every byte."""
+        if name.endswith("norm.weight"):
+            return to_bf16_bytes(np.ones(shape, dtype=np.float32))
+        return to_bf16_bytes(rng.normal(0.0, 0.02, size=shape).astype(np.float32))
+
+    tensors: list[TensorSpec] = [(name, "BF16", tuple(shape)) for name, shape in qwen3_tensor_shapes(cfg).items()]
+    per_shard = -(-len(tensors) // num_shards)
+    shards = [tensors[s * per_shard:(s + 1) * per_shard] for s in range(num_shards)]
+    write_shards(out_dir, shards, weights, index=True)
     _write_json(out_dir / "config.json", cfg)
     _write_json(out_dir / "generation_config.json", {
         "bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
@@ -198,7 +164,7 @@ def generate_tiny_model(out_dir: Path, *, seed: int = 0, num_shards: int = 2,
     })
     (out_dir / "README.md").write_text(
         "---\nlicense: mit\nlibrary_name: transformers\n---\n# roost tiny demo model\n\n"
-        f"Random weights (seed {seed}); {len(names)} tensors in {num_shards} shards. For testing roost only.\n"
+        f"Random weights (seed {seed}); {len(tensors)} tensors in {num_shards} shards. For testing roost only.\n"
     )
     return out_dir
 

@@ -4,9 +4,12 @@ One definition each:
 
 - **expected digest** of a file: the ``lfs.sha256`` the Hub lists for an LFS file, else its git blob id
   (``sha1(b"blob <size>\\0" + content)``, the ``oid`` the Hub lists for a regular file);
-- **verified**: the file on disk has the listed size and the expected digest;
-- **fingerprint**: ``(size, mtime_ns, inode)`` of a verified file, kept in the manifest
-  (``<local_dir>/.roost/download.json``) so an unchanged file is never hashed twice.
+- **verified**: the file on disk has the listed size and the expected digest (:func:`check_digest`;
+  a file that is not is a :class:`Mismatch`, and a run that finds one fails with
+  :class:`IntegrityError`).
+
+What a verified file's fingerprint is, and the manifest that keeps it, are in
+``roost.hub._local_folder``.
 
 Hashing streams each file through ``hashlib`` in large reads (``hashlib`` releases the GIL for buffers
 over 2 KiB), one file per thread, biggest first, so several shards hash on several cores at once.
@@ -14,29 +17,21 @@ over 2 KiB), one file per thread, biggest first, so several shards hash on sever
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import json
-import logging
 import os
-import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from roost.errors import CheckFailed
 
-log = logging.getLogger(__name__)
-
 READ_CHUNK = 4 * 1024 * 1024
 """Bytes per read while hashing (4 MiB: large enough to amortise syscalls, small enough for the cache)."""
-
-MANIFEST_VERSION = 1
 
 ByteSink = Callable[[int], None]
 
@@ -202,102 +197,3 @@ def check_digest(hub: HubFile, digest: FileDigest, note: str = "") -> Mismatch |
             path=hub.path, field="git blob id", expected=hub.blob_id, found=str(digest.git_sha1), note=note
         )
     return None
-
-
-# ------------------------------------------------------------------------------------ fingerprints
-
-
-class Fingerprint(BaseModel):
-    """What must not change for a verified file to stay verified without hashing it again."""
-
-    size: int
-    mtime_ns: int
-    inode: int
-
-    @classmethod
-    def of(cls, path: Path) -> Fingerprint:
-        st = path.stat()
-        return cls(size=st.st_size, mtime_ns=st.st_mtime_ns, inode=st.st_ino)
-
-    @classmethod
-    def maybe(cls, path: Path) -> Fingerprint | None:
-        try:
-            return cls.of(path)
-        except FileNotFoundError:
-            return None
-
-
-class VerifiedEntry(BaseModel):
-    """One file as roost last verified it."""
-
-    expected: str = Field(description="HubFile.expected_digest at verification time.")
-    sha256: str
-    git_oid: str | None = None
-    fingerprint: Fingerprint
-    verified_at: dt.datetime
-
-
-class Manifest(BaseModel):
-    """``<local_dir>/.roost/download.json``: which commit the directory holds and what was verified."""
-
-    version: int = MANIFEST_VERSION
-    repo_id: str
-    commit: str
-    listing: list[HubFile] = Field(default_factory=list, description="Every file the Hub lists at `commit`.")
-    verified: dict[str, VerifiedEntry] = Field(default_factory=dict)
-
-    def unchanged(self, local_dir: Path, files: Iterable[HubFile]) -> bool:
-        """Each of ``files`` is verified for its expected digest and its fingerprint is unchanged."""
-        for f in files:
-            entry = self.verified.get(f.path)
-            if entry is None or entry.expected != f.expected_digest:
-                return False
-            if Fingerprint.maybe(local_dir / f.path) != entry.fingerprint:
-                return False
-        return True
-
-
-def selection_key(allow_patterns: Iterable[str] | None, ignore_patterns: Iterable[str] | None) -> str:
-    """A short stable digest of the pattern selection (order-insensitive)."""
-    payload = json.dumps([sorted(allow_patterns or []), sorted(ignore_patterns or [])])
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def state_dir(local_dir: Path) -> Path:
-    """roost's own bookkeeping inside a download directory (manifest, partial transfers)."""
-    return local_dir / ".roost"
-
-
-def manifest_path(local_dir: Path) -> Path:
-    return state_dir(local_dir) / "download.json"
-
-
-def load_manifest(local_dir: Path) -> Manifest | None:
-    """The manifest, or None when absent or unreadable (an unreadable one only costs a re-hash)."""
-    path = manifest_path(local_dir)
-    try:
-        return Manifest.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (ValidationError, ValueError, OSError) as exc:
-        log.warning(
-            "ignoring unreadable download manifest %s (%s); files will be re-hashed", path, type(exc).__name__
-        )
-        return None
-
-
-def write_manifest(local_dir: Path, manifest: Manifest) -> None:
-    """Write the manifest atomically (temp file in the same directory, fsync, rename)."""
-    path = manifest_path(local_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".download.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(manifest.model_dump_json(indent=1))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -8,8 +8,10 @@ resolution, tree listings with sizes and ``lfs.sha256``, ``/resolve/`` downloads
 RepoNotFound`` for a repository that does not exist or that is listed in ``private`` (the answer
 huggingface.co gives an anonymous caller for a private repo).
 
-Known difference from huggingface.co: olah's local-mirror route ignores ``Range`` (it answers ``200``
-with the whole file), so a resumed transfer is re-sent from byte 0 by the server.
+Known differences from huggingface.co: olah's local-mirror route ignores ``Range`` (it answers ``200``
+with the whole file), so a resumed transfer is re-sent from byte 0 by the server; and olah has no
+authentication, so it cannot serve a gated repository (the tests put a stand-in proxy in front of it,
+``tests/support/hub.py``'s ``GatedHub``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -223,22 +225,3 @@ class HubMirror:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-@contextlib.contextmanager
-def local_hub(
-    mirrors_root: Path,
-    repos: Mapping[str, Path] | None = None,
-    *,
-    private: Sequence[str] = (),
-) -> Iterator[tuple[HubMirror, dict[str, str]]]:
-    """Publish ``repos`` (repo id -> source directory) under ``mirrors_root`` and serve them.
-
-    Yields ``(mirror, commits)`` where ``commits`` maps each repo id to the commit just published.
-    Pytest-free: the end-to-end flow and the demo use it the same way the tests do.
-    """
-    from roost.hub.publish import publish_repo
-
-    commits = {repo_id: publish_repo(src, mirrors_root, repo_id) for repo_id, src in (repos or {}).items()}
-    with HubMirror(mirrors_root, private=private) as mirror:
-        yield mirror, commits

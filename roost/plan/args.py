@@ -1,4 +1,4 @@
-"""The vLLM arguments a checkpoint needs, derived from what it declares and what it ships, and the fit check.
+"""The vLLM arguments a checkpoint needs, derived from what it declares and what it ships.
 
 - ``--max-model-len``: the model's native window unless told otherwise.
 - ``--kv-cache-memory-bytes``: the smallest pool reaching a target concurrency at that window, never
@@ -10,6 +10,9 @@
 - ``--kv-cache-dtype fp8``: when the checkpoint was calibrated for an FP8 KV cache (ModelOpt
   ``kv_cache_quant_algo: FP8``).
 - ``--served-model-name``.
+
+``parse_overrides`` reads the sizing flags back out of a profile's extra vLLM args, so the plan can
+follow them. Whether the result fits a host is :mod:`roost.plan.fit`'s.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from roost.checkpoint.layout import ModelConfigInfo
+from roost.checkpoint.config import ModelConfigInfo
 from roost.errors import UserError
-from roost.hosts import HostProfile
 from roost.plan.kv import KvModelSpec, KvRules, kv_model_from_config, pool_for_concurrency
+from roost.units import GiB
 
 MTP_SPECULATIVE_CONFIG: dict[str, Any] = {"method": "mtp", "num_speculative_tokens": 1}
 
@@ -105,7 +108,7 @@ def derive_vllm_args(
         if kv_cache_memory_bytes < one:
             raise UserError(
                 f"--kv-cache-memory-bytes {kv_cache_memory_bytes:,} cannot hold one {window:,}-token request; "
-                f"vLLM needs at least {one:,} bytes ({one / 1024**3:.2f} GiB)"
+                f"vLLM needs at least {one:,} bytes ({one / GiB:.2f} GiB)"
             )
         pool = kv_cache_memory_bytes
     return ServeArgs(
@@ -115,31 +118,6 @@ def derive_vllm_args(
         language_model_only=cfg.has_vision_config and visual_tensor_count == 0,
         speculative_config=dict(MTP_SPECULATIVE_CONFIG) if mtp_tensor_count > 0 else None,
         kv_cache_dtype=kv_cache_dtype_for(cfg),
-    )
-
-
-class FitCheck(BaseModel):
-    """Weights + KV pool + headroom against the host's budget for vLLM."""
-
-    weight_bytes: int = Field(description="Weights vLLM loads (vision tower excluded with --language-model-only, MTP without spec decode).")
-    kv_cache_memory_bytes: int
-    headroom_bytes: int
-    total_bytes: int
-    usable_bytes: int
-    free_bytes: int = Field(description="usable - total; negative when it does not fit.")
-    fits: bool
-
-
-def fit_check(weight_bytes: int, kv_cache_memory_bytes: int, host: HostProfile) -> FitCheck:
-    total = weight_bytes + kv_cache_memory_bytes + host.headroom_bytes
-    return FitCheck(
-        weight_bytes=weight_bytes,
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        headroom_bytes=host.headroom_bytes,
-        total_bytes=total,
-        usable_bytes=host.usable_bytes,
-        free_bytes=host.usable_bytes - total,
-        fits=total <= host.usable_bytes,
     )
 
 

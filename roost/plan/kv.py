@@ -34,11 +34,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from roost.checkpoint.layout import GdnDims, ModelConfigInfo, dtype_bytes
+from roost.checkpoint.config import GdnDims, ModelConfigInfo, dtype_bytes
 from roost.errors import UserError
 from roost.hosts import HostProfile
+from roost.units import GiB
 
-GiB = 1024**3
 MambaCacheMode = Literal["none", "align"]
 
 
@@ -66,9 +66,10 @@ class KvRules(BaseModel):
 
 
 # vLLM 0.24 (nvcr 26.07) on the DGX Spark: FlashAttention/FlashInfer kernel block 16; hybrid models
-# behave as mamba_cache_mode "none" (the seeds' 390,070 / 1.49x and 412,980 / 1.58x need it), and the
-# one-request check compares against the whole pool (the seed's error says "available KV cache memory
-# (4.0 GiB)" for a 4 GiB pool; later vLLM keeps one null block back first).
+# behave as mamba_cache_mode "none" (the Ornith 1.0 9B recipe's 390,070 tokens / 1.49x and the Ornith
+# 1.0 35B recipe's 412,980 / 1.58x need it), and the one-request check compares against the whole pool
+# (the Ornith 1.0 35B recipe's error says "available KV cache memory (4.0 GiB)" for a 4 GiB pool;
+# later vLLM keeps one null block back first).
 SPARK_RULES = KvRules(
     name="vllm-0.24-cuda",
     device_label="GPU",

@@ -1,30 +1,23 @@
 """The preflight plan for one checkpoint, pool and host: what vLLM will log, and whether it fits.
 
-``plan_checkpoint`` audits the checkpoint (headers and config only), builds the KV spec vLLM will use
-with the derived arguments, predicts the KV-cache lines for ``--kv-cache-memory-bytes`` and
-``--max-model-len``, and checks weights + pool + headroom against the host's budget.
+``plan_checkpoint`` takes an audit report (:func:`roost.plan.report.audit_for_host`: the headers are
+read once), builds the KV spec vLLM will use with the derived arguments and the profile's overrides,
+predicts the KV-cache lines for the pool and window asked for (:class:`PlanInputs`), and checks
+weights + pool + headroom against the host's budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from roost.checkpoint.audit import AuditReport, audit_checkpoint, format_bytes
-from roost.checkpoint.layout import load_config
 from roost.errors import StageFailed
 from roost.hosts import HostProfile
-from roost.plan.args import (
-    FitCheck,
-    derive_vllm_args,
-    fit_check,
-    kv_cache_dtype_for,
-    parse_overrides,
-    serve_kv_model,
-)
+from roost.plan.args import derive_vllm_args, kv_cache_dtype_for, parse_overrides, serve_kv_model
+from roost.plan.fit import FitCheck, fit_check
+from roost.plan.inputs import PlanInputs
 from roost.plan.kv import (
     KvPlan,
     effective_pool,
@@ -33,8 +26,8 @@ from roost.plan.kv import (
     pool_for_concurrency,
     rules_for_host,
 )
-
-GiB = 1024**3
+from roost.plan.report import AuditReport
+from roost.units import format_memory
 
 
 class PlanReport(BaseModel):
@@ -78,15 +71,15 @@ class PlanReport(BaseModel):
     def summary(self) -> str:
         lines = [
             f"{self.path} on {self.host} ({self.rules}): max_model_len {self.max_model_len:,}, "
-            f"pool {self.kv_cache_memory_bytes:,} bytes ({format_bytes(self.kv_cache_memory_bytes)})",
+            f"pool {self.kv_cache_memory_bytes:,} bytes ({format_memory(self.kv_cache_memory_bytes)})",
             f"  block size {self.block_size}, {self.kv.num_blocks:,} blocks of {self.kv.bytes_per_block:,} bytes, "
             f"{self.kv.blocks_per_request} per request, {len(self.kv.groups)} group(s)",
             f"  KV cache size: {self.kv_cache_tokens:,} tokens; max concurrency {self.max_concurrency:.2f}x",
-            f"  one full request needs a pool of {self.min_kv_cache_bytes:,} bytes ({format_bytes(self.min_kv_cache_bytes)}): "
+            f"  one full request needs a pool of {self.min_kv_cache_bytes:,} bytes ({format_memory(self.min_kv_cache_bytes)}): "
             + ("fits" if self.fits_one_request else "DOES NOT FIT"),
-            f"  host: weights {format_bytes(self.fit.weight_bytes)} + pool {format_bytes(self.fit.kv_cache_memory_bytes)} + "
-            f"headroom {format_bytes(self.fit.headroom_bytes)} = {format_bytes(self.fit.total_bytes)} of "
-            f"{format_bytes(self.fit.usable_bytes)}: "
+            f"  host: weights {format_memory(self.fit.weight_bytes)} + pool {format_memory(self.fit.kv_cache_memory_bytes)} + "
+            f"headroom {format_memory(self.fit.headroom_bytes)} = {format_memory(self.fit.total_bytes)} of "
+            f"{format_memory(self.fit.usable_bytes)}: "
             + ("fits" if self.fits_host else "DOES NOT FIT"),
             f"  decode ceiling {self.decode_ceiling_tok_s:.1f} tok/s",
             "  vLLM will log:",
@@ -105,36 +98,28 @@ class PlanRefused(StageFailed):
 
 
 def plan_checkpoint(
-    path: Path,
+    audit: AuditReport,
     host: HostProfile,
-    kv_cache_memory_bytes: int | None,
-    *,
-    max_model_len: int | None = None,
-    served_model_name: str | None = None,
-    target_concurrency: float = 1.0,
-    vllm_overrides: Sequence[str] = (),
+    inputs: PlanInputs,
     env: Mapping[str, str] | None = None,
-    audit: AuditReport | None = None,
 ) -> PlanReport:
-    """Predict vLLM's KV sizing and the host fit for the checkpoint at ``path``.
+    """Predict vLLM's KV sizing and the host fit for the checkpoint ``audit`` describes.
 
-    ``kv_cache_memory_bytes=None`` plans the smallest pool reaching ``target_concurrency`` full-length
-    requests. ``vllm_overrides`` (appended after roost's args, so they win) may change the window, the
-    pool, ``--dtype``, ``--kv-cache-dtype``, ``--block-size`` or prefix caching; the plan follows them.
-    ``env`` is the server's environment: on the CPU backend ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB)
-    replaces ``--kv-cache-memory-bytes``, and the plan uses what vLLM will. Pass ``audit`` to reuse an
-    audit of the same directory.
+    ``inputs.kv_cache_memory_bytes=None`` plans the smallest pool reaching ``target_concurrency``
+    full-length requests. ``inputs.vllm_overrides`` (appended after roost's args, so they win) may
+    change the window, the pool, ``--dtype``, ``--kv-cache-dtype``, ``--block-size`` or prefix
+    caching; the plan follows them. ``env`` is the server's environment: on the CPU backend
+    ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB) replaces ``--kv-cache-memory-bytes``, and the plan uses
+    what vLLM will.
     """
-    model_dir = Path(path)
-    report = audit or audit_checkpoint(model_dir, host, served_model_name=served_model_name)
-    cfg = load_config(model_dir)
-    ov = parse_overrides(list(vllm_overrides))
+    cfg = audit.config
+    ov = parse_overrides(list(inputs.vllm_overrides))
     rules = rules_for_host(host)
     if ov.block_size is not None:
         rules = rules.model_copy(update={"default_block_size": ov.block_size})
     prefix = ov.enable_prefix_caching if ov.enable_prefix_caching is not None else True
-    L = ov.max_model_len or max_model_len or cfg.max_position_embeddings
-    base = serve_kv_model(cfg, rules, mtp_tensor_count=report.mtp_tensor_count)
+    L = ov.max_model_len or inputs.max_model_len or cfg.max_position_embeddings
+    base = serve_kv_model(cfg, rules, mtp_tensor_count=audit.mtp_tensor_count)
     kv_model = kv_model_from_config(
         cfg,
         rules,
@@ -143,17 +128,17 @@ def plan_checkpoint(
         num_speculative_tokens=base.num_speculative_tokens,
     )
     min_pool = pool_for_concurrency(kv_model, rules, 1.0, L, enable_prefix_caching=prefix)
-    requested = ov.kv_cache_memory_bytes or kv_cache_memory_bytes
+    requested = ov.kv_cache_memory_bytes or inputs.kv_cache_memory_bytes
     if requested is None:
-        requested = pool_for_concurrency(kv_model, rules, target_concurrency, L, enable_prefix_caching=prefix)
+        requested = pool_for_concurrency(kv_model, rules, inputs.target_concurrency, L, enable_prefix_caching=prefix)
     pool = effective_pool(rules, requested, env)
     kv = plan_kv(kv_model, rules, pool, L, enable_prefix_caching=prefix)
     args = derive_vllm_args(
         cfg,
         rules,
-        visual_tensor_count=report.visual_tensor_count,
-        mtp_tensor_count=report.mtp_tensor_count,
-        served_model_name=report.served_model_name,
+        visual_tensor_count=audit.visual_tensor_count,
+        mtp_tensor_count=audit.mtp_tensor_count,
+        served_model_name=inputs.served_model_name or audit.served_model_name,
         max_model_len=L,
         kv_cache_memory_bytes=max(requested, min_pool),
     )
@@ -161,12 +146,12 @@ def plan_checkpoint(
     # Keep the pool that will be asked for in the args, even when it is too small: the plan reports it.
     i = argv.index("--kv-cache-memory-bytes")
     argv[i + 1] = str(requested)
-    fit = fit_check(report.load_weight_bytes, pool, host)
+    fit = fit_check(audit.load_weight_bytes, pool, host)
     return PlanReport(
-        path=str(model_dir),
+        path=audit.path,
         host=host.name,
         rules=rules.name,
-        architecture=report.architecture,
+        architecture=audit.architecture,
         max_model_len=kv.max_model_len,
         kv_cache_memory_bytes=pool,
         block_size=kv.block_size,
@@ -175,7 +160,7 @@ def plan_checkpoint(
         min_kv_cache_bytes=min_pool,
         fits_one_request=kv.fits_one_request,
         fits_host=fit.fits,
-        decode_ceiling_tok_s=report.decode_ceiling_tok_s,
+        decode_ceiling_tok_s=audit.decode_ceiling_tok_s,
         kv_bytes_per_token=kv.kv_bytes_per_token,
         kv=kv,
         fit=fit,

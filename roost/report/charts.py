@@ -10,21 +10,17 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from roost.headline import (
-    KNEE_FRACTION,
-    concurrency_points,
-    fmt_value,
-    headline,
-    knee_point,
-    peak_point,
-    prompt_points,
-)
+from roost import catalogue as C
+from roost.catalogue import KNEE_FRACTION, fmt_value
+from roost.headline import concurrency_points, headline, knee_of, prompt_points
 from roost.records import RunRecord
 from roost.regress import RegressionReport, key_of
+from roost.store.atomic import atomic_write_bytes
 
 BLUE = "#2D6FB7"
 ORANGE = "#E07B24"
@@ -42,8 +38,6 @@ def _figure(width: float = 8.0, height: float = 4.6) -> Figure:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    from roost.store import atomic_write_bytes
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", facecolor="white")
     return atomic_write_bytes(path, buf.getvalue(), overwrite=True)
@@ -57,8 +51,6 @@ def _tokens_label(x: float, _pos: object = None) -> str:
 
 
 def _prompt_axis(ax: object, xs: list[int]) -> None:
-    from matplotlib.axes import Axes
-
     assert isinstance(ax, Axes)
     if len(xs) > 1 and max(xs) / max(min(xs), 1) >= 8:
         ax.set_xscale("log", base=2)
@@ -71,13 +63,13 @@ def _prompt_axis(ax: object, xs: list[int]) -> None:
 
 def decode_vs_prompt(record: RunRecord, path: Path) -> Path | None:
     """Single-stream decode tok/s (median, min-max bars) against prompt length, with the ceiling."""
-    pts = [p for p in prompt_points(record) if p.decode_tok_s_median is not None]
+    pts = [p for p in prompt_points(record) if p.decode_tok_s.median is not None]
     if not pts:
         return None
     xs = [p.prompt_tokens for p in pts]
-    ys = [float(p.decode_tok_s_median or 0.0) for p in pts]
-    lo = [y - float(p.decode_tok_s_min if p.decode_tok_s_min is not None else y) for p, y in zip(pts, ys, strict=True)]
-    hi = [float(p.decode_tok_s_max if p.decode_tok_s_max is not None else y) - y for p, y in zip(pts, ys, strict=True)]
+    ys = [float(p.decode_tok_s.median or 0.0) for p in pts]
+    lo = [y - float(p.decode_tok_s.min if p.decode_tok_s.min is not None else y) for p, y in zip(pts, ys, strict=True)]
+    hi = [float(p.decode_tok_s.max if p.decode_tok_s.max is not None else y) - y for p, y in zip(pts, ys, strict=True)]
     fig = _figure()
     ax = fig.add_subplot()
     ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=BLUE, capsize=4, lw=2, ms=7, label="decode tok/s (median, min–max)")
@@ -106,15 +98,15 @@ def decode_vs_prompt(record: RunRecord, path: Path) -> Path | None:
 
 def ttft_vs_prompt(record: RunRecord, path: Path) -> Path | None:
     """Time to first token (median, p90) against prompt length on a log axis."""
-    pts = [p for p in prompt_points(record) if p.ttft_s_median is not None and (p.ttft_s_median or 0) > 0]
+    pts = [p for p in prompt_points(record) if p.ttft_s.median is not None and (p.ttft_s.median or 0) > 0]
     if not pts:
         return None
     xs = [p.prompt_tokens for p in pts]
-    ys = [float(p.ttft_s_median or 0.0) for p in pts]
+    ys = [float(p.ttft_s.median or 0.0) for p in pts]
     fig = _figure()
     ax = fig.add_subplot()
     ax.plot(xs, ys, "o-", color=ORANGE, lw=2, ms=7, label="TTFT median")
-    p90 = [(p.prompt_tokens, p.ttft_s_p90) for p in pts if p.ttft_s_p90 is not None and p.ttft_s_p90 > 0]
+    p90 = [(p.prompt_tokens, p.ttft_s.p90) for p in pts if p.ttft_s.p90 is not None and p.ttft_s.p90 > 0]
     if p90:
         ax.plot([x for x, _ in p90], [float(y or 0) for _, y in p90], "s:", color=GREY, ms=5, label="TTFT p90")
     for x, y in zip(xs, ys, strict=True):
@@ -134,30 +126,28 @@ def ttft_vs_prompt(record: RunRecord, path: Path) -> Path | None:
 
 def throughput_vs_concurrency(record: RunRecord, path: Path) -> Path | None:
     """Aggregate output tok/s against concurrency, the peak and the knee marked."""
-    pts = [p for p in concurrency_points(record) if p.output_tok_s is not None]
+    pts = [p for p in concurrency_points(record) if p.output_tok_s.median is not None]
     if not pts:
         return None
     xs = [p.concurrency for p in pts]
-    ys = [float(p.output_tok_s or 0.0) for p in pts]
+    ys = [float(p.output_tok_s.median or 0.0) for p in pts]
     fig = _figure()
     ax = fig.add_subplot()
     ax.plot(xs, ys, "o-", color=BLUE, lw=2, ms=7, label="aggregate output tok/s")
     for x, y in zip(xs, ys, strict=True):
         ax.annotate(fmt_value(y), (x, y), textcoords="offset points", xytext=(0, 10), ha="center", fontsize=9)
-    knee = knee_point(pts)
-    peak = peak_point(pts)
-    if peak is not None and peak.output_tok_s is not None:
-        ax.axhline(KNEE_FRACTION * peak.output_tok_s, color=GREY, ls=":", lw=1,
-                   label=f"{KNEE_FRACTION:.0%} of peak ({fmt_value(KNEE_FRACTION * peak.output_tok_s, 'tok/s')})")
-    if knee is not None and knee.output_tok_s is not None:
+    knee = knee_of(pts)
+    if knee is not None:
+        ax.axhline(KNEE_FRACTION * knee.peak_output_tok_s, color=GREY, ls=":", lw=1,
+                   label=f"{KNEE_FRACTION:.0%} of peak ({fmt_value(KNEE_FRACTION * knee.peak_output_tok_s, 'tok/s')})")
         ax.axvline(knee.concurrency, color=GREEN, ls="--", lw=1.5)
         ax.plot([knee.concurrency], [knee.output_tok_s], marker="*", color=GREEN, ms=18, ls="none",
                 label=f"knee: {knee.concurrency} concurrent")
         ax.text(knee.concurrency, 0.03 * max(ys) * 1.2, f"knee @ {knee.concurrency} ", color=GREEN, fontsize=10,
                 fontweight="bold", ha="right", va="bottom")
-    if peak is not None and peak is not knee and peak.output_tok_s is not None:
-        ax.plot([peak.concurrency], [peak.output_tok_s], marker="D", color=RED, ms=8, ls="none",
-                label=f"peak: {fmt_value(peak.output_tok_s, 'tok/s')} @ {peak.concurrency}")
+    if knee is not None and knee.peak_concurrency != knee.concurrency:
+        ax.plot([knee.peak_concurrency], [knee.peak_output_tok_s], marker="D", color=RED, ms=8, ls="none",
+                label=f"peak: {fmt_value(knee.peak_output_tok_s, 'tok/s')} @ {knee.peak_concurrency}")
     if len(xs) > 1 and max(xs) / max(min(xs), 1) >= 16:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -214,13 +204,13 @@ def timeline(record: RunRecord, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-HISTORY_METRICS: dict[str, tuple[str, str, str]] = {
-    "decode_tok_s": ("decode tok/s @ {ref:,}-token prompt", "tok/s", "decode_tok_s@prompt={ref}"),
-    "ttft_s": ("TTFT @ {ref:,}-token prompt", "s", "ttft_s@prompt={ref}"),
-    "peak_output_tok_s": ("peak aggregate output tok/s", "tok/s", "peak_output_tok_s"),
-    "start_to_healthy_s": ("cold start to /health", "s", "start_to_healthy_s"),
+HISTORY_METRICS: dict[str, tuple[C.Metric, bool]] = {
+    "decode_tok_s": (C.DECODE, True),
+    "ttft_s": (C.TTFT, True),
+    "peak_output_tok_s": (C.PEAK_OUTPUT, False),
+    "start_to_healthy_s": (C.START_TO_HEALTHY, False),
 }
-"""Headline field -> (title, unit, the compared metric whose baseline the chart draws)."""
+"""Headline field -> (its metric, whether it is taken at the reference prompt)."""
 
 
 def history(
@@ -231,7 +221,8 @@ def history(
     path: Path,
 ) -> Path | None:
     """One headline number across the runs of this model and host; comparable runs in colour."""
-    title, unit, metric_name = HISTORY_METRICS[field]
+    base, at_prompt = HISTORY_METRICS[field]
+    unit = base.unit
     all_runs = sorted({r.meta.run_id: r for r in [*runs, record]}.values(), key=lambda r: r.meta.started_at)
     all_runs = all_runs[-30:]
     cfg = comparison.config if comparison is not None else None
@@ -256,8 +247,9 @@ def history(
         ax.plot([i for i, _ in other], [v for _, v in other], "o", mfc="none", color=GREY, ms=6, label="other configurations")
     refs = [headline(r).reference_prompt_tokens for r in reversed(all_runs)]
     ref = next((x for x in refs if x), 0)  # this run's, or the latest run's that had one
-    title = title.format(ref=ref) if ref else title.replace(" @ {ref:,}-token prompt", "")
-    cmp = comparison.get(metric_name.format(ref=ref)) if comparison else None
+    metric = base.at_prompt(ref) if at_prompt and ref else base
+    title = metric.label
+    cmp = comparison.get(metric.name) if comparison else None
     if cmp is not None and cmp.baseline is not None and cmp.threshold is not None:
         ax.axhline(cmp.baseline, color=GREEN, ls="--", lw=1.2, label=f"baseline {fmt_value(cmp.baseline, unit)}")
         ax.axhspan(cmp.baseline - cmp.threshold, cmp.baseline + cmp.threshold, color=GREEN, alpha=0.08,

@@ -13,16 +13,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from roost import catalogue as C
+from roost.catalogue import fmt_change, fmt_value
 from roost.headline import (
-    KNEE_FRACTION,
-    REFERENCE_PROMPT_TOKENS,
     concurrency_points,
-    fmt_change,
-    fmt_value,
     headline,
-    knee_point,
+    headline_rows,
+    knee_of,
     pct_of_ceiling,
-    peak_point,
     prompt_points,
 )
 from roost.records import BenchPoint, RunRecord
@@ -97,25 +95,8 @@ def _summary(record: RunRecord, comparison: RegressionReport | None) -> Section:
             blocks.append(Para(text=f"**Remediation:** {record.remediation}"))
     if comparison is not None:
         blocks.append(Para(text=f"**Baseline:** {comparison.message}."))
-    ref = f" @ {h.reference_prompt_tokens:,}-token prompt" if h.reference_prompt_tokens else ""
-    rows = [
-        [f"Decode{ref}", _f(h.decode_tok_s, "tok/s")],
-        [f"TTFT{ref}", _f(h.ttft_s, "s")],
-        ["Roofline decode ceiling", _f(h.decode_ceiling_tok_s, "tok/s")],
-        ["Decode as % of ceiling", _f(h.decode_pct_of_ceiling, "%")],
-        [
-            "Peak aggregate output",
-            _f(h.peak_output_tok_s, "tok/s") + (f" @ {h.peak_concurrency} concurrent" if h.peak_concurrency else ""),
-        ],
-        [
-            f"Knee (≥{KNEE_FRACTION:.0%} of peak)",
-            f"{h.knee_concurrency} concurrent ({_f(h.knee_output_tok_s, 'tok/s')})" if h.knee_concurrency else "—",
-        ],
-        ["KV cache (vLLM log)", _f(h.logged_kv_cache_tokens, "tokens")],
-        ["Max concurrency (vLLM log)", f"{h.logged_max_concurrency:.2f}x" if h.logged_max_concurrency else "—"],
-        ["Cold start to /health", _f(h.start_to_healthy_s, "s")],
-        ["Benchmark points / requests / failed", f"{h.points} / {h.requests:,} / {h.error_requests:,}"],
-    ]
+    rows = [[r.label[:1].upper() + r.label[1:], r.text] for r in headline_rows(record)]
+    rows.append(["Benchmark points / requests / failed", f"{h.points} / {h.requests:,} / {h.error_requests:,}"])
     blocks.append(Table(headers=["Headline", "Value"], rows=rows, align_right=[1]))
     return Section(title="Summary", blocks=blocks)
 
@@ -232,9 +213,9 @@ def _plan(record: RunRecord) -> Section:
 
 
 def _point_range(p: BenchPoint) -> str:
-    if p.decode_tok_s_min is None or p.decode_tok_s_max is None:
+    if p.decode_tok_s.min is None or p.decode_tok_s.max is None:
         return "—"
-    return f"{fmt_value(p.decode_tok_s_min)}–{fmt_value(p.decode_tok_s_max)}"
+    return f"{fmt_value(p.decode_tok_s.min)}–{fmt_value(p.decode_tok_s.max)}"
 
 
 def _prompt_section(record: RunRecord, charts: dict[str, Path]) -> Section:
@@ -245,18 +226,18 @@ def _prompt_section(record: RunRecord, charts: dict[str, Path]) -> Section:
     else:
         rows = []
         for p in pts:
-            pct = pct_of_ceiling(p.decode_tok_s_median, record.decode_ceiling_tok_s)
+            pct = pct_of_ceiling(p.decode_tok_s.median, record.decode_ceiling_tok_s)
             rows.append(
                 [
                     f"{p.prompt_tokens:,}",
                     f"{p.output_tokens:,}",
                     f"{p.requests - p.errors}/{p.requests}",
-                    _f(p.decode_tok_s_median),
+                    _f(p.decode_tok_s.median),
                     _point_range(p),
                     _f(pct, "%"),
-                    _f(p.ttft_s_median),
-                    _f(p.ttft_s_p90),
-                    _f(p.itl_s_median * 1000 if p.itl_s_median is not None else None),
+                    _f(p.ttft_s.median),
+                    _f(p.ttft_s.p90),
+                    _f(p.itl_s.median * 1000 if p.itl_s.median is not None else None),
                 ]
             )
         sec.blocks.append(
@@ -285,11 +266,11 @@ def _concurrency_section(record: RunRecord, charts: dict[str, Path]) -> Section:
             str(p.concurrency),
             f"{p.prompt_tokens:,}",
             f"{p.requests - p.errors}/{p.requests}",
-            _f(p.output_tok_s),
-            _f(p.decode_tok_s_median),
-            _f(p.ttft_s_median),
-            _f(p.ttft_s_p99),
-            _f(p.request_rate),
+            _f(p.output_tok_s.median),
+            _f(p.decode_tok_s.median),
+            _f(p.ttft_s.median),
+            _f(p.ttft_s.p99),
+            _f(p.request_rate.median),
         ]
         for p in pts
     ]
@@ -301,15 +282,13 @@ def _concurrency_section(record: RunRecord, charts: dict[str, Path]) -> Section:
             align_right=list(range(8)),
         )
     )
-    peak = peak_point(pts)
-    knee = knee_point(pts)
-    if peak is not None and knee is not None:
+    knee = knee_of(pts)
+    if knee is not None:
         sec.blocks.append(
             Para(
                 text=(
-                    f"Peak {_f(peak.output_tok_s, 'tok/s')} at {peak.concurrency} concurrent; the knee (lowest "
-                    f"concurrency reaching {KNEE_FRACTION:.0%} of the peak) is {knee.concurrency} concurrent "
-                    f"({_f(knee.output_tok_s, 'tok/s')})."
+                    f"Peak {_f(knee.peak_output_tok_s, 'tok/s')} at {knee.peak_concurrency} concurrent; the knee "
+                    f"({C.KNEE.definition}) is {knee.concurrency} concurrent ({_f(knee.output_tok_s, 'tok/s')})."
                 )
             )
         )
@@ -335,9 +314,9 @@ def _ceiling_section(record: RunRecord) -> Section:
     )
     items = []
     for p in prompt_points(record):
-        pct = pct_of_ceiling(p.decode_tok_s_median, ceiling)
+        pct = pct_of_ceiling(p.decode_tok_s.median, ceiling)
         if pct is not None:
-            items.append(f"{p.prompt_tokens:,}-token prompt: {_f(p.decode_tok_s_median, 'tok/s')} = **{pct:.0f}%** of the ceiling")
+            items.append(f"{p.prompt_tokens:,}-token prompt: {_f(p.decode_tok_s.median, 'tok/s')} = **{pct:.0f}%** of the ceiling")
     if items:
         sec.blocks.append(Bullets(items=items))
     else:
@@ -371,13 +350,13 @@ def _timeline(record: RunRecord, charts: dict[str, Path]) -> Section:
     ]
     if serve_rows:
         sec.blocks.append(Table(headers=["vLLM server start", "Seconds"], rows=serve_rows, align_right=[1]))
-    if len(s.attempts) > 1 or any(not a.get("ok") for a in s.attempts):
+    if len(s.attempts) > 1 or any(not a.ok for a in s.attempts):
         sec.blocks.append(Para(text=f"The server needed {len(s.attempts)} start attempt(s):"))
         sec.blocks.append(Table(
-            headers=["Attempt", "Outcome", "Seconds", "Failure class", "What to change"],
-            rows=[[str(a.get("attempt", i + 1)), "healthy" if a.get("ok") else "failed", _f(a.get("seconds"), "s"),
-                   str(a.get("failure_class") or ("" if a.get("ok") else "unclassified")), str(a.get("remediation") or "")]
-                  for i, a in enumerate(s.attempts)],
+            headers=["Attempt", "Outcome", "Seconds", "Failure class", "What roost did", "What to change"],
+            rows=[[str(a.attempt), "healthy" if a.ok else "failed", _f(a.seconds, "s"),
+                   a.failure_class or ("" if a.ok else "unclassified"), a.action, a.remediation]
+                  for a in s.attempts],
             align_right=[0, 2]))
     if "timeline" in charts:
         sec.blocks.append(Image(alt="Cold-load timeline", path=charts["timeline"]))
@@ -479,4 +458,4 @@ def build_document(
     return Document(title=title, facts=facts, sections=sections)
 
 
-__all__ = ["REFERENCE_PROMPT_TOKENS", "Block", "Bullets", "Document", "Image", "Para", "Section", "Table", "build_document"]
+__all__ = ["Block", "Bullets", "Document", "Image", "Para", "Section", "Table", "build_document"]

@@ -1,19 +1,55 @@
-"""What every serving backend takes and gives back."""
+"""The serving lifecycle every backend implements completely, and what it takes and gives back.
+
+A :class:`Backend` serves vLLM on one host (``roost.hosts.HostProfile``): the ``process`` backend
+runs vLLM from the vLLM venv as a child process (the embedded default), the ``docker`` backend
+builds the serving image and runs vLLM in a container (the DGX Spark's way). The flow never
+branches on which one it has (``backend_for(host)`` picks it):
+
+1. ``prepare()``: what must exist before a server can start (the image: built or found; the
+   process backend checks its interpreter). ``prepare_key()`` names that result for caching.
+2. ``start(spec, api_key, prepared)``: start one server and return at once; a start the backend
+   itself refuses (a taken port) raises :class:`StartFailed` with its diagnosis.
+3. The returned :class:`Server`: ``new_log_text()`` (what it logged since the previous call: the
+   health wait reads only that), ``is_running()``, ``exit_code()``, ``diagnose()`` (why it failed,
+   ``roost.serve.diagnose``), ``phases()`` (load / compile / ready split of the cold start),
+   ``describe()`` (pid or container, log location) and ``stop()`` (idempotent; keeps the final log).
+4. ``servers()``: the servers roost runs on the host now (the process backend's state files, the
+   docker backend's labelled containers; ``roost.serve.discover.probe`` asks one if it answers).
+
+Waiting for readiness (``roost.serve.health.wait_until_ready``) and retrying a failed cold load
+(``roost.serve.coldload``, deciding with the pure ``roost.serve.policy``) work on these interfaces;
+``roost.serve.backends.backend_for(host)`` picks the backend a host serves with.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from roost.errors import UserError
+from roost.errors import StageFailed, UserError
+from roost.hosts import HostProfile
+from roost.serve.diagnose import Diagnosis
+from roost.serve.phases import StartupPhases
+
+BackendName = Literal["process", "docker"]
 
 RestartPolicy = Literal["no", "always", "unless-stopped", "on-failure"]
-"""Docker's restart policies for a server container: the seeds run ``unless-stopped`` for one meant to stay up."""
+"""Docker's restart policies for a server container: the Ornith 1.5 recipe runs ``unless-stopped``
+for the model meant to stay up across reboots."""
 
 SECRET_FLAGS = ("--api-key", "--hf-token")
 """vLLM flags that carry a secret: refused in any argument list roost records, logs or passes on a command line."""
+
+LogFn = Callable[[str], None]
+
+
+def _ignore(_: str) -> None:
+    return None
 
 
 def check_vllm_args(args: list[str], *, source: str = "vLLM arguments") -> None:
@@ -38,6 +74,8 @@ class ServeSpec(BaseModel):
     vllm_args: list[str] = Field(default_factory=list, description="Extra vLLM CLI args from the plan and overrides.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment; never put secrets here.")
     log_path: Path | None = None
+    restart_policy: RestartPolicy = Field(
+        default="no", description="Containers only (Docker's --restart); the process backend says it ignores it.")
 
     def server_args(self) -> list[str]:
         """``--served-model-name`` (unless the plan's args already name it: they must agree) and ``vllm_args``."""
@@ -54,16 +92,131 @@ class ServeSpec(BaseModel):
         return args if named else ["--served-model-name", self.served_model_name, *args]
 
 
-class ServerHandle(Protocol):
-    """A started vLLM server. ``stop()`` is idempotent and always safe to call."""
+class Prepared(BaseModel):
+    """What ``Backend.prepare`` produced: the image a container runs (docker), or nothing (process)."""
+
+    backend: BackendName
+    image: str = Field(default="", description="The serving image's tag; empty for the process backend.")
+    image_digest: str = Field(default="", description="The base image's repo digest, else the image id.")
+    cached: bool = Field(default=False, description="Nothing was built: the image already existed.")
+    skipped: bool = Field(default=False, description="The backend has nothing to prepare.")
+    seconds: float = 0.0
+    note: str = ""
+
+
+class Milestone(BaseModel):
+    """A start-up milestone seen in the server's log, in seconds since the wait began."""
+
+    name: str
+    at_s: float
+
+
+class Readiness(BaseModel):
+    """How a wait for a starting server ended well: seconds from the start of the wait to each step."""
+
+    health_ok_s: float
+    health_ok_at: float = Field(description="Wall clock (epoch seconds) when roost saw /health 200.")
+    models_ok_s: float
+    completion_ok_s: float
+    detect_delay_s: float = Field(description="Upper bound on /health turning 200 -> roost noticing.")
+    polls: int
+    milestones: list[Milestone] = Field(default_factory=list)
+
+
+class ServerInfo(BaseModel):
+    """What a started server is, for logs, records and discovery."""
+
+    backend: BackendName
+    host: str
+    base_url: str
+    served_model_name: str
+    port: int
+    pid: int | None = Field(default=None, description="Process group id (process backend).")
+    container: str | None = Field(default=None, description="Container name (docker backend).")
+    image: str = ""
+    log_location: str = Field(default="", description="The log file, or how to read the container's log.")
+    started_at: dt.datetime | None = None
+    model_dir: str | None = None
+    api_key_ref: str | None = Field(
+        default=None, description="Where its API key can be found again: env, secret-block, none (never the key).")
+
+
+class StartFailed(StageFailed):
+    """The backend could not start the server (e.g. Docker refused the port); carries the diagnosis."""
+
+    def __init__(self, message: str, diagnosis: Diagnosis | None) -> None:
+        super().__init__("serve", message)
+        self.diagnosis = diagnosis
+
+
+class Server(ABC):
+    """A vLLM server a backend started. ``stop()`` is idempotent and always safe to call."""
 
     base_url: str
     served_model_name: str
 
-    def is_running(self) -> bool: ...
+    @abstractmethod
+    def is_running(self) -> bool:
+        """Is the server process (container) still alive?"""
 
-    def exit_code(self) -> int | None: ...
+    @abstractmethod
+    def exit_code(self) -> int | None:
+        """Its exit status once it exited; None while it runs (or when unknown)."""
 
-    def logs(self) -> str: ...
+    @abstractmethod
+    def logs(self) -> str:
+        """Its whole log so far (after ``stop()``: the final log)."""
 
-    def stop(self) -> None: ...
+    @abstractmethod
+    def new_log_text(self) -> str:
+        """What it logged since the previous call (the first call: since it started). Never re-reads."""
+
+    @abstractmethod
+    def diagnose(self, *, timed_out: bool = False) -> Diagnosis | None:
+        """Why it failed to start (``roost.serve.diagnose``); None when nothing shows a failure."""
+
+    @abstractmethod
+    def phases(self, ready: Readiness) -> StartupPhases:
+        """Start -> healthy split into load / compile / ready."""
+
+    @abstractmethod
+    def describe(self) -> ServerInfo:
+        """Where it runs and where its log is."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop it (and its children), keeping its final log and exit status. Idempotent."""
+
+
+class Backend(ABC):
+    """How vLLM runs on one host: the whole lifecycle, implemented by ``process`` and ``docker``."""
+
+    name: BackendName
+
+    def __init__(self, host: HostProfile) -> None:
+        self.host = host
+
+    @abstractmethod
+    def prepare_key(self) -> str | None:
+        """A name for what ``prepare()`` would produce now (a cache key), or None (never cached)."""
+
+    @abstractmethod
+    def prepare(self, log: LogFn = _ignore) -> Prepared:
+        """Make what a server needs before it can start (build or find the image); idempotent."""
+
+    def is_prepared(self) -> bool:
+        """Does what ``prepare()`` would produce exist now (the image is still on the engine)? A cached
+        ``prepare()`` result is valid only while it does. True when there is nothing to prepare."""
+        return True
+
+    @abstractmethod
+    def start(self, spec: ServeSpec, api_key: str | None, prepared: Prepared, log: LogFn = _ignore) -> Server:
+        """Start one server for ``spec`` and return at once (wait with ``roost.serve.health``).
+
+        ``api_key`` reaches vLLM through its environment only. Raises :class:`StartFailed` when the
+        backend itself cannot start it, ``UserError`` for a spec it cannot serve.
+        """
+
+    @abstractmethod
+    def servers(self) -> list[ServerInfo]:
+        """The servers roost runs on this host now, oldest first (normally zero or one)."""

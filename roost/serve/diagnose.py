@@ -2,12 +2,12 @@
 
 Every class has a stable lower-case name, whether a retry can succeed, one sentence of remediation
 and the log line that decided it. The patterns match vLLM 0.32's own text (GPU and CPU builds) and
-the wording the seeds quote from older releases:
+the wording the recipes' troubleshooting notes quote from older releases:
 
 kv_pool_too_small
     ``To serve at least one request with the model's max seq len (262144), (5.12 GiB KV cache is
     needed, which is larger than the available KV cache memory (4.0 GiB).`` (0.32 prints the stray
-    "(" before the size; the seeds' older text has none) and ``No available memory for the cache
+    "(" before the size; the recipes' older text has none) and ``No available memory for the cache
     blocks``.
 visual_uninitialized
     ``Following weights were not initialized from checkpoint: {'visual.blocks.0...', ...}``: a

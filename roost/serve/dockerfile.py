@@ -1,6 +1,6 @@
 """The serving image's Dockerfile: a vLLM base image plus the xgrammar patch layer.
 
-Pure: rendering and tagging only (``roost.serve.docker_backend`` builds it). The tag is
+Pure: rendering and tagging only (``roost.serve.docker.images`` builds it). The tag is
 content-addressed: ``roost/vllm:<sha12>`` where the hash covers the rendered Dockerfile and the
 build args, so the same inputs always name the same image and a build can be skipped when the tag
 exists. The base image's digest is part of the rendered text (a label), so a re-pulled base that

@@ -1,23 +1,27 @@
-"""Health-wait: poll a starting vLLM server until it really answers, or fail with why.
+"""The health wait: poll a starting vLLM server until it really answers, or fail with why.
 
 Ready means all three, in order: ``GET /health`` is 200, ``GET /v1/models`` lists the served name,
-and a one-token completion comes back. While waiting, the server log is read for milestones
-(shards loaded, KV cache sized, application started) which are handed to ``on_progress``.
-A server process that exits while we wait fails the wait at once with the tail of its log.
+and a one-token completion comes back, all through the one vLLM client
+(``roost.vllm.client.VllmClient``). Each poll (every ``poll_interval_s``) first reads what the
+server logged since the previous poll (``Server.new_log_text``: never the whole log again) for
+start-up milestones (shards loaded, KV cache sized, application started), which go to
+``on_progress``, then asks whether the server still runs: one that exited fails the wait at once
+with the tail of its log (:class:`ServerExited`); one still starting at the deadline fails it with
+:class:`HealthTimeout`. ``roost.serve.coldload`` classifies either with ``Server.diagnose``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable
-from typing import Any
 
 import httpx
-from pydantic import BaseModel, Field
 
 from roost.errors import StageFailed
-from roost.serve.base import ServerHandle
+from roost.serve.base import Milestone, Readiness, Server
+from roost.vllm.client import VllmClient, run_sync
 
 # Log milestones, in the order a start goes through them, and the fraction of the wait each marks.
 MILESTONES: list[tuple[str, re.Pattern[str], float]] = [
@@ -29,6 +33,14 @@ MILESTONES: list[tuple[str, re.Pattern[str], float]] = [
     ("API server up", re.compile(r"Application startup complete|Starting vLLM API server"), 0.95),
 ]
 _SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s*\d+% Completed \|\s*(\d+)/(\d+)")
+_LINE_END = re.compile(r"[\r\n]")
+
+READINESS_PROMPT = "Hello, world. Tell me"
+"""The one-token completion's prompt: more than one token (a one-token prompt kills some hybrid
+models' CPU engine: ``causal_conv1d_fwd_cpu: expect x to be transposed``)."""
+HEALTH_POLL_TIMEOUT_S = 2.0
+"""Longest one ``/health`` poll may take; a dead server is noticed by the next poll's liveness check."""
+TAIL_LINES = 15
 
 
 class HealthTimeout(StageFailed):
@@ -38,118 +50,128 @@ class HealthTimeout(StageFailed):
         super().__init__("health-wait", message)
 
 
-class Milestone(BaseModel):
-    name: str
-    at_s: float
+class ServerExited(StageFailed):
+    """The server exited before it was ready; the message ends with the last lines of its log."""
+
+    def __init__(self, exit_code: int | None, tail: str) -> None:
+        super().__init__("health-wait", f"the server exited with code {exit_code} before it was ready; "
+                                        f"last log lines:\n{tail}")
+        self.server_exit_code = exit_code  # (``exit_code`` is the CLI's, as on every RoostError)
 
 
-class HealthResult(BaseModel):
-    """Seconds from the start of the wait to each step; ``detect_delay_s`` is the poll latency bound."""
+class ProgressTracker:
+    """The furthest start-up milestone reached, from log text fed to it as it arrives.
 
-    health_ok_s: float
-    health_ok_at: float = Field(description="Wall clock (epoch seconds) when roost saw /health 200.")
-    models_ok_s: float
-    completion_ok_s: float
-    detect_delay_s: float
-    polls: int
-    milestones: list[Milestone]
+    Only whole lines are matched (a milestone cut at the end of one piece of text is matched when
+    the rest arrives); each milestone is timed at the first feed that shows it.
+    """
+
+    def __init__(self) -> None:
+        self.name = "waiting for the server process"
+        self.fraction = 0.0
+        self.seen: dict[str, float] = {}
+        self._carry = ""
+
+    def feed(self, text: str, at_s: float) -> None:
+        if not text:
+            return
+        buf = self._carry + text
+        ends = [m.end() for m in _LINE_END.finditer(buf)]
+        cut = ends[-1] if ends else 0
+        self._carry = buf[cut:][-65536:]
+        self._match(buf[:cut], at_s)
+
+    def flush(self, at_s: float) -> None:
+        """Match an unfinished last line too (the text is complete)."""
+        rest, self._carry = self._carry, ""
+        self._match(rest, at_s)
+
+    def _match(self, lines: str, at_s: float) -> None:
+        if not lines:
+            return
+        for name, pattern, fraction in MILESTONES:
+            if pattern.search(lines):
+                self.seen.setdefault(name, at_s)
+                if fraction > self.fraction:
+                    self.name, self.fraction = name, fraction
+        shards = _SHARDS.findall(lines)
+        if shards and self.fraction < 0.5:
+            done, total = (int(x) for x in shards[-1])
+            self.name, self.fraction = f"loading weights ({done}/{total} shards)", 0.15 + 0.35 * done / max(total, 1)
+
+    def milestones(self) -> list[Milestone]:
+        return [Milestone(name=k, at_s=v) for k, v in self.seen.items()]
 
 
 def log_progress(log: str) -> tuple[str, float]:
-    """The furthest milestone reached in ``log`` and its fraction (0..1); shard counts refine it."""
-    name, frac = "waiting for the server process", 0.0
-    for m_name, pattern, m_frac in MILESTONES:
-        if pattern.search(log):
-            name, frac = m_name, m_frac
-    shards = _SHARDS.findall(log)
-    if shards and frac < 0.5:
-        done, total = (int(x) for x in shards[-1])
-        name, frac = f"loading weights ({done}/{total} shards)", 0.15 + 0.35 * done / max(total, 1)
-    return name, frac
+    """The furthest milestone reached in a whole ``log`` and its fraction (0..1); shard counts refine it."""
+    tracker = ProgressTracker()
+    tracker.feed(log, 0.0)
+    tracker.flush(0.0)
+    return tracker.name, tracker.fraction
 
 
 def wait_until_ready(
-    server: ServerHandle,
+    server: Server,
     *,
     api_key: str | None,
     timeout_s: float,
     poll_interval_s: float = 0.1,
     on_progress: Callable[[str, float], None] | None = None,
-    prompt: str = "Hello, world. Tell me",
-) -> HealthResult:
-    """Block until ``server`` is ready (see module doc) or raise StageFailed('health-wait', ...)."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+) -> Readiness:
+    """Block until ``server`` is ready (see the module doc); raises :class:`ServerExited`,
+    :class:`HealthTimeout`, or StageFailed('health-wait') when the server refuses roost's key."""
+    return run_sync(lambda: _wait(server, api_key, timeout_s, poll_interval_s, on_progress))
+
+
+async def _wait(server: Server, api_key: str | None, timeout_s: float, poll_interval_s: float,
+                on_progress: Callable[[str, float], None] | None) -> Readiness:
     t0 = time.monotonic()
     deadline = t0 + timeout_s
+    tracker = ProgressTracker()
+    reported = ""
     polls = 0
-    seen: dict[str, float] = {}
-    last_reported = ""
     health_ok: float | None = None
     health_ok_at = 0.0
     models_ok: float | None = None
     prev_poll_end = t0
     detect_delay = 0.0
-    with httpx.Client(base_url=server.base_url, headers=headers, timeout=httpx.Timeout(5.0, read=60.0)) as client:
+    async with VllmClient(server.base_url, server.served_model_name, api_key=api_key,
+                          connect_timeout_s=HEALTH_POLL_TIMEOUT_S) as client:
         while True:
             now = time.monotonic()
-            log = server.logs()
-            name, frac = log_progress(log)
-            for m_name, pattern, _ in MILESTONES:
-                if m_name not in seen and pattern.search(log):
-                    seen[m_name] = now - t0
-            if on_progress and name != last_reported:
-                on_progress(name, frac)
-                last_reported = name
+            tracker.feed(server.new_log_text(), now - t0)
+            if on_progress is not None and tracker.name != reported:
+                on_progress(tracker.name, tracker.fraction)
+                reported = tracker.name
             if not server.is_running():
-                tail = "\n".join(log.splitlines()[-15:])
-                raise StageFailed("health-wait", f"the server exited with code {server.exit_code()} before it was ready; "
-                                  f"last log lines:\n{tail}")
+                tail = "\n".join(server.logs().splitlines()[-TAIL_LINES:])
+                raise ServerExited(server.exit_code(), tail)
             if now > deadline:
-                raise HealthTimeout(f"not ready after {timeout_s:.0f} s (last milestone: {name}); "
+                raise HealthTimeout(f"not ready after {timeout_s:.0f} s (last milestone: {tracker.name}); "
                                     "raise the host's health timeout if the model is large, or read the server log")
             polls += 1
-            try:
-                if health_ok is None:
-                    r = client.get("/health")
-                    if r.status_code == 200:
-                        health_ok = time.monotonic() - t0
-                        health_ok_at = time.time()
-                        # the 200 happened at most one poll interval (+ the request) ago
-                        detect_delay = time.monotonic() - prev_poll_end
-                if health_ok is not None and models_ok is None:
-                    r = client.get("/v1/models")
-                    if r.status_code == 401:
-                        raise StageFailed("health-wait", "the server rejected roost's API key (401 on /v1/models)")
-                    if r.status_code == 200 and _lists_model(r.json(), server.served_model_name):
-                        models_ok = time.monotonic() - t0
-                if models_ok is not None:
-                    r = client.post("/v1/completions", json={
-                        "model": server.served_model_name, "prompt": prompt, "max_tokens": 1, "temperature": 0,
-                    })
-                    if r.status_code == 200 and r.json().get("choices"):
-                        if on_progress:
-                            on_progress("ready", 1.0)
-                        return HealthResult(
-                            health_ok_s=health_ok or 0.0, health_ok_at=health_ok_at, models_ok_s=models_ok,
-                            completion_ok_s=time.monotonic() - t0, detect_delay_s=detect_delay, polls=polls,
-                            milestones=[Milestone(name=k, at_s=v) for k, v in seen.items()],
-                        )
-            except httpx.TransportError:
-                pass
+            if health_ok is None and await client.health(timeout_s=HEALTH_POLL_TIMEOUT_S) == 200:
+                health_ok = time.monotonic() - t0
+                health_ok_at = time.time()
+                detect_delay = time.monotonic() - prev_poll_end  # the 200 came at most one poll (+ the request) ago
+            if health_ok is not None and models_ok is None:
+                try:
+                    answer = await client.models()
+                except httpx.HTTPError:
+                    answer = None
+                if answer is not None and answer.status_code in (401, 403):
+                    raise StageFailed("health-wait", f"the server rejected roost's API key ({answer.status_code} on /v1/models)")
+                if answer is not None and server.served_model_name in answer.ids:
+                    models_ok = time.monotonic() - t0
+            if models_ok is not None and await client.complete_one_token(READINESS_PROMPT):
+                if on_progress is not None:
+                    on_progress("ready", 1.0)
+                return Readiness(
+                    health_ok_s=health_ok or 0.0, health_ok_at=health_ok_at, models_ok_s=models_ok,
+                    completion_ok_s=time.monotonic() - t0, detect_delay_s=detect_delay, polls=polls,
+                    milestones=tracker.milestones(),
+                )
             prev_poll_end = time.monotonic()
-            time.sleep(poll_interval_s)
+            await asyncio.sleep(poll_interval_s)
 
-
-def _lists_model(payload: Any, name: str) -> bool:
-    return any(m.get("id") == name for m in payload.get("data", []) if isinstance(m, dict))
-
-
-def server_version(base_url: str, api_key: str | None = None, *, timeout_s: float = 5.0) -> str:
-    """vLLM's version as the running server reports it (``GET /version``); "" when it does not say."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        r = httpx.get(f"{base_url.rstrip('/')}/version", headers=headers, timeout=timeout_s, trust_env=False)
-        version = r.json().get("version") if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return ""
-    return str(version) if isinstance(version, str) else ""

@@ -4,24 +4,48 @@ where vLLM is installed without Docker).
 The server runs in its own session (process group) so that ``stop()`` takes its engine-core
 children with it. The API key reaches vLLM through ``VLLM_API_KEY`` in its environment, never
 on the command line (which ``ps`` shows to every user). A small state file per server under
-``$ROOST_HOME/servers/`` lets the next run on the same host stop a server that a crashed run
-left behind.
+``$ROOST_HOME/servers/<host>-<pid>.json`` records where it listens and what it serves: the next
+run on the same host stops a server that a crashed run left behind (:func:`reap_stale_servers`),
+and discovery (:func:`process_servers`) finds the one that runs. The state file never holds the key.
+
+The log goes to a file (appended to: a reused path keeps earlier runs' text, which this server
+skips). :class:`ProcessServer` reads it from the last offset, by a tail thread every 0.2 s and
+whenever ``new_log_text()`` is called, into a :class:`~roost.serve.logs.LogBuffer`; each line is
+stamped with the time it was read, which is what its start-up phases are split on.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import contextvars
+import datetime as dt
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import IO
 
 from roost.errors import UserError
-from roost.net import require_free_port
-from roost.serve.base import ServeSpec
+from roost.hosts import HostProfile
+from roost.net import port_in_use
+from roost.serve.base import (
+    Backend,
+    LogFn,
+    Prepared,
+    Readiness,
+    Server,
+    ServerInfo,
+    ServeSpec,
+    StartFailed,
+    _ignore,
+)
+from roost.serve.diagnose import Diagnosis, diagnose
+from roost.serve.logs import LogBuffer, split_lines
+from roost.serve.phases import StartupPhases, startup_phases
 from roost.settings import roost_home, vllm_python
 
 # What a CPU vLLM needs to run offline and quietly; the caller's env wins over these.
@@ -34,6 +58,9 @@ CPU_ENV_DEFAULTS = {
     "DO_NOT_TRACK": "1",
 }
 
+TAIL_INTERVAL_S = 0.2
+"""How often the tail thread reads new log text while the server runs (the phase-timing resolution)."""
+
 
 def vllm_command(spec: ServeSpec, python: Path) -> list[str]:
     """The argv that starts vLLM's OpenAI-compatible server for ``spec``."""
@@ -43,28 +70,89 @@ def vllm_command(spec: ServeSpec, python: Path) -> list[str]:
         "--host", spec.host,
         "--port", str(spec.port),
         *spec.server_args(),
-    ]
+    ]  # fmt: skip
 
 
 def _state_dir() -> Path:
     return roost_home() / "servers"
 
 
-class ProcessServer:
-    """A vLLM server started as a child process. Implements ``roost.serve.base.ServerHandle``."""
+class ProcessServer(Server):
+    """A vLLM server started as a child process (``start_process_server``)."""
 
-    def __init__(self, spec: ServeSpec, proc: subprocess.Popen[bytes], log_path: Path, state_file: Path) -> None:
+    def __init__(
+        self,
+        spec: ServeSpec,
+        proc: subprocess.Popen[bytes],
+        log_path: Path,
+        state_file: Path,
+        *,
+        host_name: str = "cpu",
+        log: LogFn = _ignore,
+        log_offset: int = 0,
+        api_key_ref: str | None = None,
+    ) -> None:
         self.spec = spec
         self.proc = proc
         self.log_path = log_path
         self.state_file = state_file
+        self.host_name = host_name
+        self.api_key_ref = api_key_ref
         self.base_url = f"http://{spec.host}:{spec.port}"
         self.served_model_name = spec.served_model_name
         self.started_at = time.time()
+        self._offset = log_offset
+        self._carry = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        sink = None if log is _ignore else (lambda line: log(f"[vllm {proc.pid}] {line}"))
+        self._buffer = LogBuffer(sink)
+        self._read_lock = threading.Lock()
+        self._stopped = threading.Event()
+        # in the starting code's context, as the log callback may need it (see DockerServer)
+        self._tail = threading.Thread(target=contextvars.copy_context().run, args=(self._follow,),
+                                      name=f"vllm-log-{proc.pid}", daemon=True)
+        self._tail.start()
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    # --- the log ----------------------------------------------------------------------------------
+
+    def _read(self, *, final: bool = False) -> None:
+        """Read what the file gained since the last read; ``final`` also takes an unfinished last line."""
+        with self._read_lock:
+            try:
+                with self.log_path.open("rb") as fh:
+                    fh.seek(self._offset)
+                    data = fh.read()
+            except FileNotFoundError:
+                data = b""
+            self._offset += len(data)
+            lines, self._carry = split_lines(self._carry, self._decoder.decode(data, final=final))
+            if final and self._carry.strip():
+                lines.append(self._carry)
+                self._carry = ""
+            now = dt.datetime.now(dt.UTC)
+            self._buffer.add([(now, line) for line in lines])
+
+    def _follow(self) -> None:
+        while not self._stopped.wait(TAIL_INTERVAL_S):
+            exited = self.proc.poll() is not None
+            self._read(final=exited)
+            if exited:
+                return
+
+    def logs(self) -> str:
+        if not self._stopped.is_set():
+            self._read(final=self.proc.poll() is not None)
+        return self._buffer.text()
+
+    def new_log_text(self) -> str:
+        self._read(final=self.proc.poll() is not None)
+        return self._buffer.new_text()
+
+    # --- state ------------------------------------------------------------------------------------
 
     def is_running(self) -> bool:
         return self.proc.poll() is None
@@ -72,16 +160,31 @@ class ProcessServer:
     def exit_code(self) -> int | None:
         return self.proc.poll()
 
-    def logs(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+    def diagnose(self, *, timed_out: bool = False) -> Diagnosis | None:
+        return diagnose(self.logs(), self.exit_code(), timed_out=timed_out)
+
+    def phases(self, ready: Readiness) -> StartupPhases:
+        """Process start -> healthy, split on the times roost read each milestone line."""
+        self.logs()
+        return startup_phases(self._buffer.lines(), dt.datetime.fromtimestamp(self.started_at, dt.UTC),
+                              dt.datetime.fromtimestamp(ready.health_ok_at, dt.UTC))
+
+    def describe(self) -> ServerInfo:
+        return ServerInfo(
+            backend="process", host=self.host_name, base_url=self.base_url,
+            served_model_name=self.served_model_name, port=self.spec.port, pid=self.proc.pid,
+            log_location=str(self.log_path), started_at=dt.datetime.fromtimestamp(self.started_at, dt.UTC),
+            model_dir=str(self.spec.model_dir), api_key_ref=self.api_key_ref,
+        )
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """SIGTERM the process group, SIGKILL after ``grace_s``. Idempotent."""
+        """SIGTERM the process group, SIGKILL after ``grace_s``; the log read so far stays. Idempotent."""
         _kill_group(self.proc.pid, grace_s, self.proc)
         self.state_file.unlink(missing_ok=True)
+        if not self._stopped.is_set():
+            self._stopped.set()
+            self._tail.join(timeout=5)
+            self._read(final=True)
 
     def __enter__(self) -> ProcessServer:
         return self
@@ -91,13 +194,29 @@ class ProcessServer:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Does a process of group ``pgid`` still run? Zombies do not count: a stopped server whose
+    parent has not collected it yet is gone."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True  # no /proc to tell zombies apart: the signal check is all there is
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def _kill_group(pgid: int, grace_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -118,23 +237,32 @@ def _kill_group(pgid: int, grace_s: float, proc: subprocess.Popen[bytes] | None 
             proc.wait(timeout=5)
 
 
+def port_taken(port: int, host: str) -> StartFailed:
+    """What a start on a taken port raises: retryable on another port (``roost.serve.policy``)."""
+    line = f"port {port} on {host}: [Errno 98] Address already in use"
+    return StartFailed(f"port {port} on {host} is already in use; stop what listens there or choose another port",
+                       diagnose(line))
+
+
 def start_process_server(spec: ServeSpec, *, api_key: str | None = None, python: Path | None = None,
                          host_name: str = "cpu", cpu_defaults: bool = True,
-                         api_key_ref: str | None = None) -> ProcessServer:
-    """Start vLLM for ``spec`` and return at once (use ``roost.serve.health`` to wait for it).
+                         api_key_ref: str | None = None, log: LogFn = _ignore) -> ProcessServer:
+    """Start vLLM for ``spec`` and return at once (``roost.serve.health`` waits for it).
 
-    The state file records where the server listens and what it serves (``roost.serve.discover``
-    reads it); ``api_key_ref`` says where its key can be found again (e.g. ``secret-block`` or
-    ``env``); the key itself is never written.
+    The state file records where the server listens and what it serves; ``api_key_ref`` says where
+    its key can be found again (e.g. ``secret-block`` or ``env``); the key itself is never written.
+    Each line the server logs goes to ``log``.
 
-    Raises UserError when the port is taken, the model directory or the vLLM interpreter is missing.
+    Raises UserError when the model directory or the vLLM interpreter is missing, StartFailed
+    (``port_in_use``) when the port is taken.
     """
     python = python or vllm_python()
     if not python.exists():
         raise UserError(f"vLLM interpreter {python} not found: run `bash scripts/bootstrap` or set ROOST_VLLM_PYTHON")
     if not (spec.model_dir / "config.json").is_file():
         raise UserError(f"{spec.model_dir}: no config.json; point the server at a downloaded checkpoint directory")
-    require_free_port(spec.port, spec.host)
+    if port_in_use(spec.port, spec.host):
+        raise port_taken(spec.port, spec.host)
 
     env = dict(os.environ)
     if cpu_defaults:
@@ -152,6 +280,7 @@ def start_process_server(spec: ServeSpec, *, api_key: str | None = None, python:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_fh: IO[bytes] = log_path.open("ab")
     try:
+        offset = log_fh.tell()  # a reused log file keeps earlier runs' text: this server's starts here
         proc = subprocess.Popen(
             vllm_command(spec, python), stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True,
@@ -159,13 +288,15 @@ def start_process_server(spec: ServeSpec, *, api_key: str | None = None, python:
     finally:
         log_fh.close()
     state_file = state_dir / f"{host_name}-{proc.pid}.json"
+    recorded_ref = api_key_ref if api_key else "none"
     state_file.write_text(json.dumps({
         "pid": proc.pid, "host": host_name, "port": spec.port, "model": spec.served_model_name,
         "log": str(log_path), "started_at": time.time(),
         "base_url": f"http://{spec.host}:{spec.port}", "model_dir": str(spec.model_dir),
-        "api_key_ref": api_key_ref if api_key else "none",
+        "api_key_ref": recorded_ref,
     }))
-    return ProcessServer(spec, proc, log_path, state_file)
+    return ProcessServer(spec, proc, log_path, state_file, host_name=host_name, log=log, log_offset=offset,
+                         api_key_ref=recorded_ref)
 
 
 def reap_stale_servers(host_name: str, grace_s: float = 10.0) -> list[int]:
@@ -181,7 +312,7 @@ def reap_stale_servers(host_name: str, grace_s: float = 10.0) -> list[int]:
     for state_file in sorted(state_dir.glob(f"{host_name}-*.json")):
         try:
             pid = int(json.loads(state_file.read_text())["pid"])
-        except (ValueError, KeyError, OSError):
+        except (ValueError, KeyError, TypeError, OSError):
             state_file.unlink(missing_ok=True)
             continue
         if _group_alive(pid) and _is_vllm(pid):
@@ -197,3 +328,75 @@ def _is_vllm(pid: int) -> bool:
     except OSError:
         return False
     return b"vllm.entrypoints" in cmdline
+
+
+def process_servers(host_name: str) -> list[ServerInfo]:
+    """Live process-backend servers recorded for ``host_name``, oldest first.
+
+    A state file counts only while its process group is alive and its leader still runs vLLM's
+    server (a recycled pid is not a server).
+    """
+    state_dir = _state_dir()
+    found: list[ServerInfo] = []
+    if not state_dir.is_dir():
+        return found
+    for state_file in sorted(state_dir.glob(f"{host_name}-*.json")):
+        try:
+            state = json.loads(state_file.read_text())
+            pid = int(state["pid"])
+            port = int(state["port"])
+        except (ValueError, KeyError, TypeError, OSError):
+            continue
+        if state.get("host", host_name) != host_name or not (_group_alive(pid) and _is_vllm(pid)):
+            continue
+        started = state.get("started_at")
+        found.append(ServerInfo(
+            host=host_name, backend="process", pid=pid, port=port,
+            base_url=str(state.get("base_url") or f"http://127.0.0.1:{port}"),
+            served_model_name=str(state.get("model", "")), log_location=str(state.get("log") or ""),
+            started_at=dt.datetime.fromtimestamp(float(started), dt.UTC) if started is not None else None,
+            model_dir=state.get("model_dir"), api_key_ref=state.get("api_key_ref"),
+        ))
+    found.sort(key=lambda s: s.started_at or dt.datetime.min.replace(tzinfo=dt.UTC))
+    return found
+
+
+class ProcessBackend(Backend):
+    """vLLM from the vLLM venv (``roost.settings.vllm_python``) as a child process of this run."""
+
+    name = "process"
+
+    def __init__(self, host: HostProfile, *, python: Path | None = None, cpu_defaults: bool = True) -> None:
+        super().__init__(host)
+        self.python = python
+        self.cpu_defaults = cpu_defaults
+
+    def _python(self) -> Path:
+        return self.python or vllm_python()
+
+    def prepare_key(self) -> str | None:
+        return None  # nothing is built: nothing to cache
+
+    def prepare(self, log: LogFn = _ignore) -> Prepared:
+        """Nothing to build; checks that the vLLM interpreter exists (UserError otherwise)."""
+        python = self._python()
+        if not python.exists():
+            raise UserError(f"vLLM interpreter {python} not found: run `bash scripts/bootstrap` or set ROOST_VLLM_PYTHON")
+        note = f"process backend: vLLM runs from {python}; no image to build"
+        log(note)
+        return Prepared(backend="process", skipped=True, note=note)
+
+    def start(self, spec: ServeSpec, api_key: str | None, prepared: Prepared, log: LogFn = _ignore) -> Server:
+        """Stop what a crashed earlier run left on this host, then start vLLM (see ``start_process_server``)."""
+        if spec.restart_policy != "no":
+            log(f"warning: restart policy {spec.restart_policy} applies to containers only; host {self.host.name} "
+                "runs vLLM as a process, which is not restarted")
+        stale = reap_stale_servers(self.host.name)
+        if stale:
+            log(f"warning: stopped {len(stale)} vLLM server(s) a crashed earlier run left on host "
+                f"{self.host.name} (pids {stale})")
+        return start_process_server(spec, api_key=api_key, python=self._python(), host_name=self.host.name,
+                                    cpu_defaults=self.cpu_defaults, log=log)
+
+    def servers(self) -> list[ServerInfo]:
+        return process_servers(self.host.name)

@@ -5,6 +5,9 @@ The lines (vLLM 0.2x-0.3x, GPU and CPU alike; the CPU build says "CPU KV cache s
     Maximum concurrency for 262,144 tokens per request: 1.58x
     Setting attention block size to 1056 tokens to ensure that attention page size is >= mamba page size.
     Model loading took 65.53 GiB memory and 440.1 seconds
+
+and the API server's access log, one line per HTTP request once the server answers
+(``INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ _KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU)?\s*KV cache size:\s*([\d,]+)\s*tok
 _MAX_CONC = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x")
 _BLOCK = re.compile(r"Setting attention block size to\s*(\d+)\s*tokens")
 _LOAD = re.compile(r"Model loading took\s*([\d.]+)\s*GiB(?: memory)? and\s*([\d.]+)\s*s")
+_ACCESS = re.compile(r'"(?:GET|POST|HEAD|PUT|DELETE|OPTIONS) \S* HTTP/[\d.]+" \d{3}')
+
+
+def is_access_log(line: str) -> bool:
+    """Is this one of the API server's per-request access-log lines (one per benchmark request)?"""
+    return _ACCESS.search(line) is not None
 
 
 class VllmLogFacts(BaseModel):

@@ -7,7 +7,7 @@ import re
 import pytest
 from pydantic import BaseModel
 
-from blocks.hosts import SparkHost, builtin_host_documents
+from blocks.hosts import LEGACY_HOST_SLUG, HostBlock, builtin_host_documents, host_fields
 from blocks.profiles import ModelProfileBlock, builtin_profile_documents, profile_document_name
 from roost.hosts import HOSTS, HostProfile
 from roost.profiles import PROFILES, ModelProfile
@@ -15,7 +15,7 @@ from roost.profiles import PROFILES, ModelProfile
 PREFECT_NAME = re.compile(r"^[a-z0-9-]+$")  # what Prefect accepts as a block document name
 
 
-@pytest.mark.parametrize(("block", "model"), [(SparkHost, HostProfile), (ModelProfileBlock, ModelProfile)])
+@pytest.mark.parametrize(("block", "model"), [(HostBlock, HostProfile), (ModelProfileBlock, ModelProfile)])
 def test_same_fields_types_and_defaults(block: type[BaseModel], model: type[BaseModel]) -> None:
     bf, mf = block.model_fields, model.model_fields
     assert set(bf) == set(mf)
@@ -28,7 +28,7 @@ def test_same_fields_types_and_defaults(block: type[BaseModel], model: type[Base
 
 @pytest.mark.parametrize("host", sorted(HOSTS))
 def test_host_round_trip(host: str) -> None:
-    assert SparkHost.from_profile(HOSTS[host]).to_profile() == HOSTS[host]
+    assert HostBlock.from_profile(HOSTS[host]).to_profile() == HOSTS[host]
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -51,6 +51,16 @@ def test_profile_document_name(name: str, doc: str) -> None:
     assert profile_document_name(name) == doc
 
 
-def test_block_type_slugs() -> None:
-    assert SparkHost.get_block_type_slug() == "spark-host"
-    assert ModelProfileBlock.get_block_type_slug() == "model-profile"
+def test_block_type_slugs_and_names() -> None:
+    assert (HostBlock.get_block_type_slug(), HostBlock.get_block_type_name()) == ("roost-host", "Roost Host")
+    assert (ModelProfileBlock.get_block_type_slug(), ModelProfileBlock.get_block_type_name()) == (
+        "model-profile", "Model Profile")
+    assert LEGACY_HOST_SLUG == "spark-host"  # what earlier releases saved hosts as, read for the migration
+
+
+def test_host_fields_take_the_document_name_and_drop_foreign_keys() -> None:
+    """A saved document's data: the block's own keys (``block_type_slug``) and unknown ones are dropped."""
+    data = HostBlock.from_profile(HOSTS["cpu"]).model_dump(mode="json") | {"name": "other", "retired": 1}
+    fields = host_fields(data, "box")
+    assert set(fields) == set(HostProfile.model_fields)
+    assert HostProfile.model_validate(fields) == HOSTS["cpu"].model_copy(update={"name": "box"})

@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prefect.client.orchestration import get_client
+from prefect.exceptions import ObjectNotFound
 from roost_workers import BIN, HOLD_ENTRYPOINT, POOL, REPO, Worker, run_setup, worker_online
+
+from blocks.resolve import all_profiles, load_host
+from deployments.deploy import apply_deployment, build_deployment
 
 
 @pytest.fixture(scope="module")
@@ -40,18 +45,16 @@ def start_worker(prefect_api: str, session_dir: Path) -> Iterator[Callable[[str,
 def roost_setup(prefect_api: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``roost setup`` run twice against the session's server (the reports of both runs).
 
-    Earlier tests in the session (tests/blocks) may have registered roost's block types on the shared
-    server; they are removed first so that the first run starts from a server roost never touched."""
+    Earlier tests in the session (tests/blocks) may have registered roost's block types (and the
+    legacy ``spark-host``) on the shared server; they are removed first so that the first run starts
+    from a server roost never touched."""
     _forget_roost_block_types()
     return run_setup(), run_setup()
 
 
 def _forget_roost_block_types() -> None:
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
     with get_client(sync_client=True) as client:
-        for slug in ("spark-host", "model-profile", "roost-slack-notifier"):
+        for slug in ("roost-host", "spark-host", "model-profile", "roost-slack-notifier"):
             try:
                 block_type = client.read_block_type_by_slug(slug)
             except ObjectNotFound:
@@ -65,9 +68,6 @@ def _forget_roost_block_types() -> None:
 @pytest.fixture(scope="session")
 def hold_deployments(roost_setup: Any) -> list[str]:
     """``roost-test-hold/<host>`` for spark and cpu, on the hosts' queues like ``land``."""
-    from blocks.resolve import all_profiles, load_host
-    from deployments.deploy import apply_deployment, build_deployment
-
     names = []
     for host in ("spark", "cpu"):
         dep = build_deployment("roost-test-hold", load_host(host), pool=POOL, profiles=all_profiles(),

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+from prefect.client.orchestration import get_client
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 POOL = "roost-spark"
@@ -37,8 +40,6 @@ class Worker:
     log: Path
 
     def descendants(self) -> list[int]:
-        import psutil
-
         try:
             return [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -74,8 +75,6 @@ class Worker:
 
 
 def worker_online(name: str, timeout_s: float = 120) -> None:
-    from prefect.client.orchestration import get_client
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with get_client(sync_client=True) as client:
@@ -97,8 +96,6 @@ def run_setup(*args: str) -> dict[str, Any]:
 
 def wait_final(flow_run_id: Any, timeout_s: float) -> Any:
     """Poll the API until the flow run is in a final state; the flow run."""
-    from prefect.client.orchestration import get_client
-
     deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         while True:

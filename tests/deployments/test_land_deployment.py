@@ -21,11 +21,27 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from prefect.blocks.system import Secret
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterId,
+    FlowRunFilterParentFlowRunId,
+    LogFilter,
+    LogFilterFlowRunId,
+)
+from prefect.deployments import run_deployment
+from prefect.states import AwaitingRetry
+from pydantic import SecretStr
 from roost_workers import Worker, run_setup, wait_final
 
+from blocks.profiles import ModelProfileBlock
 from roost.profiles import LOCAL
-from roost.serve.discover import ServingServer, process_servers
-from roost.serve.process import _group_alive, reap_stale_servers
+from roost.serve.base import ServerInfo
+from roost.serve.process import _group_alive, process_servers, reap_stale_servers
+from roost.store import load_records
 
 pytestmark = pytest.mark.slow
 
@@ -38,11 +54,6 @@ PARAMS = {"profile": QUICK, "keep_serving": True, "notify": False}
 def quick_profile(roost_setup: Any) -> Iterator[str]:
     """The ``local-quick`` profile block, offered by the deployments after ``roost setup`` runs again;
     the ``roost-vllm-api-key`` Secret, so a later run can benchmark the server an earlier one kept."""
-    from prefect.blocks.system import Secret
-    from pydantic import SecretStr
-
-    from blocks.profiles import ModelProfileBlock
-
     ModelProfileBlock.from_profile(LOCAL.model_copy(update={"name": QUICK, "bench": QUICK_BENCH})).save(
         QUICK, overwrite=True)
     Secret(value=SecretStr(secrets.token_urlsafe(16))).save("roost-vllm-api-key", overwrite=True)
@@ -51,8 +62,6 @@ def quick_profile(roost_setup: Any) -> Iterator[str]:
     assert {"land/cpu", "land/spark", "audit/cpu", "rebenchmark/cpu"} <= updated  # the form now lists local-quick
     yield QUICK
     reap_stale_servers("cpu")
-    from prefect.client.orchestration import get_client
-
     with get_client(sync_client=True) as client:
         for slug, name in (("model-profile", QUICK), ("secret", "roost-vllm-api-key")):
             doc = client.read_block_document_by_name(name=name, block_type_slug=slug)
@@ -63,12 +72,10 @@ def quick_profile(roost_setup: Any) -> Iterator[str]:
 
 def _trigger(name: str, parameters: dict[str, Any]) -> Any:
     """``run_deployment`` without waiting: the new flow run."""
-    from prefect.deployments import run_deployment
-
     return run_deployment(name, parameters=parameters, timeout=0)
 
 
-def _wait_for_server(exclude: set[int], timeout_s: float = 900) -> ServingServer:
+def _wait_for_server(exclude: set[int], timeout_s: float = 900) -> ServerInfo:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = [s for s in process_servers("cpu") if s.pid not in exclude]
@@ -79,18 +86,12 @@ def _wait_for_server(exclude: set[int], timeout_s: float = 900) -> ServingServer
 
 
 def _logs(flow_run_id: Any) -> str:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
     with get_client(sync_client=True) as client:
         logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200)
     return "\n".join(log.message for log in logs)
 
 
 def _artifact_keys(flow_run_id: Any) -> set[str]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
     with get_client(sync_client=True) as client:
         arts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
     return {a.key for a in arts if a.key}
@@ -101,9 +102,6 @@ def _task_states(flow_run: Any) -> dict[str, str]:
 
     (The crashed attempt's task runs stay as its dead process left them, e.g. health-wait RUNNING.)
     """
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
     with get_client(sync_client=True) as client:
         trs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
     return {tr.name.rsplit("-", 1)[0]: tr.state.type.value for tr in trs
@@ -112,10 +110,7 @@ def _task_states(flow_run: Any) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def crashed_then_retried(quick_profile: str, start_worker: Callable[[str, str], Worker]) -> dict[str, Any]:
-    from prefect.client.orchestration import get_client
-    from prefect.states import AwaitingRetry
-
-    before = {s.pid for s in process_servers("cpu")}
+    before = {s.pid for s in process_servers("cpu") if s.pid is not None}
     worker = start_worker("cpu", "worker-cpu-land")
     fr = _trigger("land/cpu", PARAMS)
     orphan = _wait_for_server(before)  # the serve stage has started vLLM
@@ -135,7 +130,7 @@ def crashed_then_retried(quick_profile: str, start_worker: Callable[[str, str], 
 def test_killed_worker_marks_the_run_crashed(crashed_then_retried: dict[str, Any]) -> None:
     crashed = crashed_then_retried["crashed"]
     assert crashed.state.type.value == "CRASHED", crashed.state
-    assert "heartbeat" in (crashed.state.message or "")
+    assert "roost: no heartbeat from this run's worker; marked crashed" in (crashed.state.message or "")
     assert len(crashed_then_retried["killed"]) >= 2  # the worker and the flow-run process
     assert crashed_then_retried["orphan_alive_after_crash"]  # what a dead worker leaves behind
 
@@ -156,8 +151,6 @@ def test_retry_cleans_up_and_completes_with_artifacts(crashed_then_retried: dict
 
 
 def _stored(flow_run_id: Any) -> Any:
-    from roost.store import load_records
-
     (rec,) = [r for r in load_records(model=LOCAL.repo_id, host="cpu") if r.meta.prefect_flow_run_id == str(flow_run_id)]
     return rec
 
@@ -180,9 +173,6 @@ def test_rebenchmark_measures_the_kept_server(crashed_then_retried: dict[str, An
 
 def test_rebenchmark_lands_first_when_nothing_serves(crashed_then_retried: dict[str, Any],
                                                     start_worker: Callable[[str, str], Worker]) -> None:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
-
     reap_stale_servers("cpu")
     assert process_servers("cpu") == []
     fr = wait_final(_trigger("rebenchmark/cpu", {"profile": QUICK, "notify": False}).id, 1500)

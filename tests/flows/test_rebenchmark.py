@@ -1,5 +1,5 @@
 """The ``rebenchmark`` flow against a real running vLLM server (the session's) on a host that
-exists only as a ``spark-host`` block document, with a profile that exists only as a
+exists only as a ``roost-host`` block document, with a profile that exists only as a
 ``model-profile`` block document."""
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ PROFILE = "rebench-tiny"
 
 @pytest.fixture(scope="module")
 def blocks(prefect_api: str) -> Iterator[None]:
-    from blocks.hosts import SparkHost
+    from blocks.hosts import HostBlock
     from blocks.profiles import ModelProfileBlock
 
-    SparkHost.from_profile(CPU.model_copy(update={"name": HOST})).save(HOST, overwrite=True)
+    HostBlock.from_profile(CPU.model_copy(update={"name": HOST})).save(HOST, overwrite=True)
     quick = {"prompt_lengths": [128], "output_tokens": 16, "concurrency": [2], "repeats": 1, "warmup": 1}
     ModelProfileBlock.from_profile(LOCAL.model_copy(update={"name": PROFILE, "host": HOST, "bench": quick})).save(
         PROFILE, overwrite=True)
@@ -34,7 +34,7 @@ def blocks(prefect_api: str) -> Iterator[None]:
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        for slug, name in (("spark-host", HOST), ("model-profile", PROFILE)):
+        for slug, name in (("roost-host", HOST), ("model-profile", PROFILE)):
             doc = client.read_block_document_by_name(name=name, block_type_slug=slug)
             assert doc.id is not None
             client.delete_block_document(doc.id)
@@ -74,7 +74,7 @@ def test_benchmarks_what_the_host_serves(blocks: None, vllm_server: Any, earlier
     assert stages["benchmark"]["status"] == "completed"
     points = record["points"]
     assert {(p["kind"], p["prompt_tokens"], p["concurrency"]) for p in points} >= {("prompt_length", 128, 1)}
-    assert all(p["errors"] == 0 and p["decode_tok_s_median"] > 0 for p in points)
+    assert all(p["errors"] == 0 and p["decode_tok_s"]["median"] > 0 for p in points)
     assert record["report_path"]
 
 

@@ -1,21 +1,21 @@
-# ruff: noqa: RUF001  (the reports print a real minus sign)
-"""Headline numbers: one definition each (reference point, knee, % of ceiling, formatting)."""
+"""Headline numbers: the reference point, the knee applied to a run, % of ceiling, the rows every
+output shows, and the metrics the regression check compares."""
 
 from __future__ import annotations
 
 import pytest
 
+from roost.catalogue import ERROR_REQUESTS
 from roost.headline import (
-    ERROR_REQUESTS,
-    fmt_change,
-    fmt_value,
+    concurrency_points,
     headline,
-    knee_point,
+    headline_rows,
+    knee_of,
     pct_of_ceiling,
     reference_point,
     run_metrics,
 )
-from roost.records import BenchPoint, RunMeta, RunRecord
+from roost.records import BenchPoint, Distribution, RunMeta, RunRecord
 
 
 def rec(points: list[BenchPoint], ceiling: float | None = 17.2, status: str = "completed") -> RunRecord:
@@ -26,12 +26,12 @@ def rec(points: list[BenchPoint], ceiling: float | None = 17.2, status: str = "c
 
 def pl(prompt: int, decode: float | None, ttft: float = 0.5, **kw: object) -> BenchPoint:
     return BenchPoint(kind="prompt_length", prompt_tokens=prompt, output_tokens=256, concurrency=1, requests=3,
-                      decode_tok_s_median=decode, ttft_s_median=ttft, **kw)  # type: ignore[arg-type]
+                      decode_tok_s=Distribution(median=decode), ttft_s=Distribution(median=ttft), **kw)  # type: ignore[arg-type]
 
 
 def cc(conc: int, agg: float | None, **kw: object) -> BenchPoint:
     return BenchPoint(kind="concurrency", prompt_tokens=1024, output_tokens=512, concurrency=conc, requests=conc,
-                      output_tok_s=agg, **kw)  # type: ignore[arg-type]
+                      output_tok_s=Distribution(median=agg), **kw)  # type: ignore[arg-type]
 
 
 def test_reference_point_is_the_prompt_nearest_2048_ties_to_the_shorter() -> None:
@@ -44,20 +44,21 @@ def test_reference_point_is_the_prompt_nearest_2048_ties_to_the_shorter() -> Non
     assert reference_point(rec([])) is None
 
 
-def test_knee_is_the_lowest_concurrency_reaching_90_percent_of_peak() -> None:
-    # seed 002's sweep shape: the peak at the --max-num-seqs cap (20), a drop past it
-    pts = [cc(1, 60.0), cc(16, 450.0), cc(20, 490.3), cc(24, 405.7)]
-    assert knee_point(pts).concurrency == 16  # type: ignore[union-attr]  # 450 >= 0.9 * 490.3 = 441.3
-    pts = [cc(1, 60.0), cc(16, 430.0), cc(20, 490.3), cc(24, 405.7)]
-    assert knee_point(pts).concurrency == 20  # type: ignore[union-attr]
-    assert knee_point([]) is None
+def test_the_knee_of_a_run_is_taken_over_its_measured_concurrency_points() -> None:
+    # the Ornith 1.5 recipe's sweep shape: the peak at the --max-num-seqs cap (20), a drop past it;
+    # a skipped level and a level whose requests all failed do not count, however high they read
+    r = rec([cc(1, 60.0), cc(16, 450.0), cc(20, 490.3), cc(24, 405.7), cc(32, 999.0, skipped=True),
+             cc(40, 999.0, errors=40)])
+    knee = knee_of(concurrency_points(r))
+    assert knee is not None and (knee.concurrency, knee.peak_concurrency) == (16, 20)  # 450 >= 0.9 * 490.3
+    assert knee_of([]) is None
 
 
 def test_headline_of_a_full_run() -> None:
     r = rec([pl(511, 12.65, 0.14), pl(2042, 12.61, 0.54), cc(1, 12.6), cc(16, 141.5), cc(20, 150.2), cc(24, 131.0, errors=2)])
     h = headline(r)
     assert (h.decode_tok_s, h.ttft_s, h.reference_prompt_tokens) == (12.61, 0.54, 2042)
-    assert h.decode_pct_of_ceiling == pytest.approx(73.3, abs=0.05)  # seed 001: 12.6 is 73% of 17.2
+    assert h.decode_pct_of_ceiling == pytest.approx(73.31, abs=0.005)  # the 9B recipe: 12.61 of a 17.2 ceiling
     assert (h.peak_output_tok_s, h.peak_concurrency, h.knee_concurrency) == (150.2, 20, 16)
     assert (h.points, h.requests, h.error_requests) == (6, 6 + 1 + 16 + 20 + 24, 2)
 
@@ -70,7 +71,7 @@ def test_headline_of_a_run_without_points_is_empty_not_an_error() -> None:
 
 def test_run_metrics_names_and_directions() -> None:
     r = rec([pl(2048, 12.6, 0.54), pl(2048, 99.0, 9.9), cc(16, 141.5)])  # a duplicate prompt length: first counts
-    got = {m.metric.name: (m.value, m.metric.direction.value) for m in run_metrics(r)}
+    got = {m.metric.name: (m.value, m.metric.direction and m.metric.direction.value) for m in run_metrics(r)}
     assert got == {
         "decode_tok_s@prompt=2048": (12.6, "higher_is_better"),
         "ttft_s@prompt=2048": (0.54, "lower_is_better"),
@@ -80,20 +81,33 @@ def test_run_metrics_names_and_directions() -> None:
     }
 
 
+def test_headline_rows_are_what_every_output_shows() -> None:
+    r = rec([pl(511, 12.65, 0.14), pl(2042, 12.61, 0.54), cc(1, 12.6), cc(16, 141.5), cc(20, 150.2), cc(24, 131.0)])
+    r.serve.logged_kv_cache_tokens, r.serve.predicted_kv_cache_tokens = 390070, 390070
+    r.serve.logged_max_concurrency, r.serve.start_to_healthy_s = 1.49, 161.3
+    rows = {row.label: (row.text, row.compared_as) for row in headline_rows(r)}
+    assert rows == {
+        "decode tok/s @ 2,042-token prompt": ("12.6 tok/s", "decode_tok_s@prompt=2042"),
+        "TTFT @ 2,042-token prompt": ("0.54 s", "ttft_s@prompt=2042"),
+        "roofline decode ceiling": ("17.2 tok/s", None),
+        "decode % of roofline ceiling": ("73.3%", None),
+        "peak aggregate output tok/s": ("150.2 tok/s @ 20 concurrent", "peak_output_tok_s"),
+        "knee (≥90% of peak)": ("16 concurrent (141.5 tok/s)", None),
+        "KV cache (vLLM log)": ("390,070 tokens (plan 390,070)", None),
+        "max concurrency (vLLM log)": ("1.49x", None),
+        "cold start to /health": ("161.3 s", "start_to_healthy_s"),
+        "failed benchmark requests": ("0 of 67", "error_requests"),
+    }
+    # every compared row names a metric the regression check produces for this run
+    compared = {m.metric.name for m in run_metrics(r)}
+    assert {c for _, c in rows.values() if c} <= compared
+
+
+def test_headline_rows_of_a_failed_run_have_no_values() -> None:
+    rows = headline_rows(rec([], ceiling=None, status="failed"))
+    assert [row.value for row in rows] == [None] * len(rows) and {row.text for row in rows} == {"—"}
+
+
 def test_pct_of_ceiling() -> None:
     assert pct_of_ceiling(12.6, 17.2) == pytest.approx(73.26, abs=0.01)
     assert pct_of_ceiling(12.6, None) is None and pct_of_ceiling(None, 17.2) is None and pct_of_ceiling(1.0, 0.0) is None
-
-
-@pytest.mark.parametrize(
-    ("value", "unit", "text"),
-    [(12.61, "tok/s", "12.6 tok/s"), (0.54, "s", "0.54 s"), (0.1234, "s", "0.123 s"), (490.3, "tok/s", "490.3 tok/s"),
-     (390070, "tokens", "390,070 tokens"), (3.0, "", "3"), (73.26, "%", "73.3%"), (4975.0, "tok/s", "4,975 tok/s"),
-     (None, "s", "—"), (float("nan"), "s", "—")],
-)
-def test_fmt_value(value: float | None, unit: str, text: str) -> None:
-    assert fmt_value(value, unit) == text
-
-
-def test_fmt_change() -> None:
-    assert fmt_change(-12.698) == "−12.7%" and fmt_change(4.1) == "+4.1%" and fmt_change(None) == "n/a"

@@ -6,8 +6,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from support.samples import dist
 
-from roost.headline import Direction, MetricDef
+from roost.catalogue import Direction, Metric
 from roost.records import BenchPoint, RunMeta, RunRecord, ServeObservation
 from roost.regress import RegressConfig, comparable_history, compare, judge, mad
 
@@ -25,9 +26,9 @@ def run(i: int, decode: float = 12.6, ttft: float = 0.54, agg: float = 141.5, er
                    image_digest="sha256:feed", vllm_args=list(args))
     points = [
         BenchPoint(kind="prompt_length", prompt_tokens=2048, output_tokens=256, concurrency=1, requests=3,
-                   errors=errors, decode_tok_s_median=decode, ttft_s_median=ttft),
+                   errors=errors, decode_tok_s=dist(decode), ttft_s=dist(ttft)),
         BenchPoint(kind="concurrency", prompt_tokens=2048, output_tokens=512, concurrency=16, requests=32,
-                   output_tok_s=agg),
+                   output_tok_s=dist(agg)),
     ]
     return RunRecord(meta=meta, status=status, points=points if status == "completed" else [],  # type: ignore[arg-type]
                      failed_stage="" if status == "completed" else "benchmark",
@@ -140,20 +141,20 @@ def test_a_metric_the_baseline_never_measured_is_new() -> None:
     hist = [run(i) for i in range(3)]
     current = run(10)
     current.points.append(BenchPoint(kind="prompt_length", prompt_tokens=8192, output_tokens=256, concurrency=1,
-                                     requests=3, decode_tok_s_median=12.5, ttft_s_median=1.65))
+                                     requests=3, decode_tok_s=dist(12.5), ttft_s=dist(1.65)))
     report = compare(current, hist)
     assert report.get("decode_tok_s@prompt=8192").verdict == "new"  # type: ignore[union-attr]
     assert report.get(DECODE).verdict == "unchanged"  # type: ignore[union-attr]
 
 
 def test_judge_and_mad_by_hand() -> None:
-    m = MetricDef(name="x", label="x", unit="", direction=Direction.HIGHER)
+    m = Metric(name="x", label="x", unit="", direction=Direction.HIGHER, definition="a test metric")
     assert mad([1.0, 2.0, 3.0, 4.0, 100.0]) == 1.0
     c = judge(m, 90.0, [100.0, 100.0, 100.0], RegressConfig(rel_floor=0.05))
     assert (c.baseline, c.threshold, c.verdict) == (100.0, 5.0, "regressed")
     c = judge(m, 106.0, [100.0], RegressConfig(rel_floor=0.05))
     assert c.verdict == "improved"
-    floor = MetricDef(name="e", label="e", unit="", direction=Direction.LOWER, abs_floor=0.5)
+    floor = Metric(name="e", label="e", unit="", direction=Direction.LOWER, definition="a test metric", abs_floor=0.5)
     assert judge(floor, 0.0, [0.0, 0.0], RegressConfig()).verdict == "unchanged"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from support.samples import dist
 
 from roost import store
 from roost.errors import UserError
@@ -30,11 +31,11 @@ def make_run(run_id: str, day: int, repo_id: str = "deepreinforce/Ornith-1.0-9B"
                    vllm_args=["--max-model-len", "262144"])
     points = [] if failed else [
         BenchPoint(kind="prompt_length", prompt_tokens=511, output_tokens=256, concurrency=1, requests=3,
-                   decode_tok_s_median=decode * 1.003, ttft_s_median=0.14, metrics_delta={"vllm:prompt_tokens_total": 1533.0}),
+                   decode_tok_s=dist(decode * 1.003), ttft_s=dist(0.14), metrics_delta={"vllm:prompt_tokens_total": 1533.0}),
         BenchPoint(kind="prompt_length", prompt_tokens=2042, output_tokens=256, concurrency=1, requests=3,
-                   decode_tok_s_median=decode, ttft_s_median=0.46),
+                   decode_tok_s=dist(decode), ttft_s=dist(0.46)),
         BenchPoint(kind="concurrency", prompt_tokens=2042, output_tokens=512, concurrency=16, requests=32,
-                   output_tok_s=141.5, decode_tok_s_median=8.8),
+                   output_tok_s=dist(141.5), decode_tok_s=dist(8.8)),
         BenchPoint(kind="concurrency", prompt_tokens=2042, output_tokens=512, concurrency=32, requests=64,
                    skipped=True, skip_reason="above --max-num-seqs 20"),
     ]
@@ -160,16 +161,17 @@ def test_a_failed_rename_leaves_no_file_and_no_temporary(tmp_path: Path, monkeyp
 CRASH_SCRIPT = textwrap.dedent(
     """
     import datetime as dt, os, sys
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {tests_root!r}]
     from test_store import make_run
     from roost import store
+    from roost.store import atomic
     root = {root!r}
     store.append_run(make_run("r1", 1), root)
     where = {where!r}
     if where == "mid-write":      # half the bytes of the temporary file are on disk, then the process dies
         def half_then_die(f, data):
             f.write(data[: len(data) // 2]); f.flush(); os._exit(9)
-        store._write_fully = half_then_die
+        atomic._write_fully = half_then_die
     elif where == "before-rename":  # the temporary file is complete and fsynced, the link never happens
         os.link = lambda src, dst: os._exit(9)
     elif where == "before-commit":  # record and points are written, the runs row is not
@@ -189,7 +191,8 @@ def test_a_crash_while_storing_leaves_earlier_rows_intact_and_no_torn_file(tmp_p
     from pathlib import Path as P
 
     root = tmp_path / "results"
-    script = CRASH_SCRIPT.format(tests=str(P(__file__).parent), root=str(root), where=where)
+    script = CRASH_SCRIPT.format(tests=str(P(__file__).parent), tests_root=str(P(__file__).parents[1]), root=str(root),
+                                 where=where)
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 9, proc.stderr
 

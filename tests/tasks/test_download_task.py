@@ -1,25 +1,31 @@
-"""The download task on a real Prefect server and a real olah: progress artifact, caching by commit and
-fingerprints, no retries for 401, retries for an unreachable Hub, the token from a Secret block."""
+"""The download task on a real Prefect server and a real olah: the DownloadResult it returns (also from
+Prefect's cache), progress artifact, caching by commit and fingerprints, no retries for 401, retries
+for an unreachable Hub, the token from a Secret block."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prefect import flow
+from prefect.blocks.system import Secret
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, LogFilter, LogFilterFlowRunId
+from prefect.logging.handlers import APILogHandler
+from prefect.settings import get_current_settings
+from support.hub import local_hub, write_checkpoint_files
 
 from roost.errors import UserError
-from roost.hub.download import HubUnreachable, RetryPolicy
-from roost.hub.mirror import HubMirror, local_hub
-from roost.hub.testing import write_checkpoint_files
+from roost.hub.errors import HubUnreachable
+from roost.hub.mirror import HubMirror
+from roost.hub.snapshot import DownloadResult, RetryPolicy
 from roost.net import free_port
 from roost.profiles import ModelProfile
-from tasks.download import download_task, token_from
+from tasks.download import CACHE_KEY_PREFIX, download_cache_key, download_task, token_from
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +37,23 @@ def profile(repo_id: str = REPO) -> ModelProfile:
     return ModelProfile(name="task-test", repo_id=repo_id, served_model_name="t")
 
 
+@dataclass
+class TaskHub:
+    mirror: HubMirror
+    commit: str  # of REPO
+
+    @property
+    def endpoint(self) -> str:
+        return self.mirror.endpoint
+
+
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubMirror]:
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TaskHub]:
     base = tmp_path_factory.mktemp("task-hub")
     src = write_checkpoint_files(base / "src", shard_sizes=[1_500_000, 300_000], seed=21)
     private = write_checkpoint_files(base / "private", shard_sizes=[1000], seed=22)
-    with local_hub(base / "mirrors", {REPO: src, PRIVATE: private}, private=[PRIVATE]) as (mirror, _):
-        yield mirror
+    with local_hub(base / "mirrors", {REPO: src, PRIVATE: private}, private=[PRIVATE]) as (mirror, commits):
+        yield TaskHub(mirror, commits[REPO])
 
 
 def run_count(task_run_id: str) -> int:
@@ -57,7 +73,7 @@ def outcome(state: Any) -> dict[str, Any]:
 
 
 def test_download_task_reports_progress_and_caches_by_commit(
-    prefect_api: str, hub: HubMirror, tmp_path: Path
+    prefect_api: str, hub: TaskHub, tmp_path: Path
 ) -> None:
     @flow
     def three_times() -> list[Any]:
@@ -68,9 +84,16 @@ def test_download_task_reports_progress_and_caches_by_commit(
 
     first, second, third = three_times()
     r1, r2, r3 = first.result(), second.result(), third.result()
-    assert r1["cached"] is False and r1["commit"] == r2["commit"] == r3["commit"]
-    assert r2["cached"] is True  # roost's own fingerprint cache
-    assert third.name == "Cached" and r3 == r2  # Prefect's cache, keyed by commit + fingerprints
+    assert all(isinstance(r, DownloadResult) for r in (r1, r2, r3))
+    assert r1.cached is False and r1.commit == r2.commit == r3.commit == hub.commit
+    assert r1.local_dir == r2.local_dir == str(tmp_path.resolve())
+    assert r2.cached is True and r2.hashed_bytes == 0 == r2.downloaded_bytes  # roost's own fingerprint cache
+    # Prefect's cache, keyed by commit + fingerprints: the task did not run; the persisted JSON result
+    # comes back as the same DownloadResult
+    assert first.name == second.name == "Completed" and third.name == "Cached" and r3 == r2
+    key = download_cache_key(None, {"profile": profile(), "local_dir": str(tmp_path), "endpoint": hub.endpoint})  # type: ignore[arg-type]
+    assert key is not None and key.startswith(CACHE_KEY_PREFIX)
+    assert (Path(get_current_settings().results.local_storage_path) / key).is_file()  # r2's result, under its key
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["download-acme-task-model"]))
@@ -86,14 +109,12 @@ def test_download_task_reports_progress_and_caches_by_commit(
         return download_task(profile(), None, str(tmp_path), endpoint=hub.endpoint, return_state=True)
 
     fourth = once_more()
-    assert fourth.name == "Completed" and fourth.result()["hashed_bytes"] == shard.stat().st_size
+    assert fourth.name == "Completed" and fourth.result().hashed_bytes == shard.stat().st_size
 
 
 def test_401_is_not_retried_and_the_secret_token_is_never_logged(
-    prefect_api: str, hub: HubMirror, tmp_path: Path
+    prefect_api: str, hub: TaskHub, tmp_path: Path
 ) -> None:
-    from prefect.blocks.system import Secret
-
     token = "hf_secret_" + os.urandom(8).hex()
     Secret(value=token).save("roost-test-hf-token", overwrite=True)
 
@@ -114,6 +135,7 @@ def test_401_is_not_retried_and_the_secret_token_is_never_logged(
     assert out["failed"] and run_count(out["task_run_id"]) == 1
     assert isinstance(out["error"], UserError)
     assert "with the token roost used (HTTP 401)" in str(out["error"]) and token not in str(out["error"])
+    APILogHandler().flush()  # the run's logs reach the server in batches: send what is queued, wait
     with get_client(sync_client=True) as client:
         logs = client.read_logs(
             log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[out["flow_run_id"]]))

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (the reports print a real minus sign)
 """The report stage: store -> compare -> render, and the Prefect artifacts with stable keys."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from roost_sample_runs import earlier_runs, failed_run, spark_run
+from support.samples import earlier_runs, failed_run, spark_run
 
 from roost.store import append_run, load_records, load_runs
 from tasks.report import artifact_key, build_report, headline_table
@@ -75,8 +76,8 @@ def test_headline_table_rows() -> None:
     rows = {r["metric"]: r for r in headline_table(current, compare(current, hist))}
     decode = rows["decode tok/s @ 2,042-token prompt"]
     assert decode == {"metric": "decode tok/s @ 2,042-token prompt", "value": "10.7 tok/s", "baseline": "12.6 tok/s",
-                      "change": "-14.8%", "verdict": "regressed"}
-    assert rows["KV cache tokens (vLLM log)"]["value"] == "390,070 tokens"
+                      "change": "−14.8%", "verdict": "regressed"}
+    assert rows["KV cache (vLLM log)"]["value"] == "390,070 tokens (plan 390,070)"
     assert rows["status"]["verdict"] == "regressed"
 
 
@@ -108,13 +109,13 @@ def test_report_task_publishes_artifacts_with_stable_keys(prefect_api: str, tmp_
     latest = {k: max(v, key=lambda a: a.created) for k, v in by_key.items()}  # type: ignore[attr-defined]
     md = latest[keys["markdown"]]
     assert md.type == "markdown"  # type: ignore[attr-defined]
-    assert "| Decode @ 2,042-token prompt | 10.7 tok/s |" in md.data  # type: ignore[attr-defined]
+    assert "| Decode tok/s @ 2,042-token prompt | 10.7 tok/s |" in md.data  # type: ignore[attr-defined]
     assert "**REGRESSED**" in md.data  # type: ignore[attr-defined]
     table = latest[keys["table"]]
     assert table.type == "table"  # type: ignore[attr-defined]
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data  # type: ignore[attr-defined]
     assert {"metric": "decode tok/s @ 2,042-token prompt", "value": "10.7 tok/s", "baseline": "12.6 tok/s",
-            "change": "-15.0%", "verdict": "regressed"} in rows
+            "change": "−15.0%", "verdict": "regressed"} in rows
     link = latest[keys["link"]]
     files = outcomes[-1].files
     assert files is not None

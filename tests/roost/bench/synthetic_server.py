@@ -7,7 +7,7 @@ mid-stream, a missing usage chunk, a 5xx, a request that never answers, a crash)
 
 Run it as a script (its own process, so it does not share the client's interpreter)::
 
-    python synthetic_server.py [--port 0] [--api-key KEY] [--tokens-per-s 25] [--ttft-s 0.05]
+    python synthetic_server.py [--port 0] [--api-key KEY] [--tokens-per-s 25] [--ttft-s 0.05] [--tls-cert C --tls-key K]
 
 It prints ``READY <port>`` once listening. Endpoints:
 
@@ -22,9 +22,16 @@ It prints ``READY <port>`` once listening. Endpoints:
   arrived (as continuous batching schedules every waiting request together). The next
   chat requests take the listed faults in order: ``ok``, ``cut``, ``error``, ``no_usage``,
   ``no_done``, ``empty_deltas``, ``500``, ``400``, ``hang``, ``die``.
-- ``GET /_stats``: per request id (``X-Request-Id``) the monotonic time (``time.perf_counter``,
-  comparable across processes on Linux) the first and last token were written, the token count,
-  and the largest lateness of any write against its schedule.
+- ``GET /_stats``: the server's record of what it did, per request id (``X-Request-Id``): when it
+  read the request (``t_received``), when it wrote each token (``sent``; ``t_first`` and
+  ``t_last`` are the first and last of them), the token count; and the largest lateness of any
+  write against its schedule. Times are ``time.perf_counter()`` (CLOCK_MONOTONIC, comparable
+  across processes on Linux), so a client's arrival times can be set against the same stream's
+  write times: that, not the nominal schedule, is the truth the tests compare with (a loaded
+  machine delays the server's writes too).
+- ``/metrics`` also carries vLLM's per-request histograms ``vllm:request_time_per_output_token_seconds``
+  and ``vllm:request_decode_time_seconds`` (``_sum`` and ``_count``), computed from the write times
+  as vLLM computes them from its engine's token times.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
 import sys
 import time
 from typing import Any
@@ -56,6 +64,10 @@ class State:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.requests_total = 0
+        self.requests_seen = 0
+        self.tpot_sum = 0.0
+        self.decode_sum = 0.0
+        self.finished = 0
         self.batch = 0
         self._arrived = 0
         self._batch_ready: asyncio.Event | None = None
@@ -135,6 +147,7 @@ async def stream_chat(
     """Write one completion; False when the connection must close."""
     loop = asyncio.get_running_loop()
     t0 = loop.time()
+    t_received = time.perf_counter()
     prompt_tokens = count_tokens(req.get("messages", []))
     n = int(req.get("max_completion_tokens") or req.get("max_tokens") or 16)
     if fault == "400" or prompt_tokens + n > st.max_model_len:
@@ -159,7 +172,8 @@ async def stream_chat(
     ttft = st.ttft_s + (prompt_tokens / st.prefill_tok_s if st.prefill_tok_s else 0.0)
     st.requests_total += 1
     st.prompt_tokens_total += prompt_tokens
-    stat: dict[str, Any] = {"prompt_tokens": prompt_tokens, "tokens": 0, "t_first": None, "t_last": None}
+    stat: dict[str, Any] = {"prompt_tokens": prompt_tokens, "tokens": 0, "t_received": t_received,
+                            "t_first": None, "t_last": None, "sent": []}
     st.stats[rid] = stat
     base = {"id": f"chatcmpl-{rid}", "object": "chat.completion.chunk", "created": int(time.time()), "model": st.model}
     stream = bool(req.get("stream"))
@@ -208,10 +222,15 @@ async def stream_chat(
             if stat["t_first"] is None:
                 stat["t_first"] = now
             stat["t_last"] = now
+            stat["sent"].append(now)
             stat["tokens"] += 1
             st.generation_tokens_total += 1
             if writer.transport.get_write_buffer_size() > 65536:
                 await writer.drain()
+        if stat["tokens"] > 1:  # as vLLM: decode time = last - first token, TPOT = that / (tokens - 1)
+            st.finished += 1
+            st.decode_sum += stat["t_last"] - stat["t_first"]
+            st.tpot_sum += (stat["t_last"] - stat["t_first"]) / (stat["tokens"] - 1)
         out = b""
         if include_usage and fault != "no_usage":
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
@@ -235,6 +254,10 @@ def metrics_text(st: State) -> str:
         f'vllm:request_success_total{{finished_reason="length",model_name="{st.model}"}} {float(st.requests_total)}',
         f'vllm:num_requests_running{{model_name="{st.model}"}} {float(st.running)}',
         f'vllm:kv_cache_usage_perc{{model_name="{st.model}"}} {st.running / 256}',
+        f'vllm:request_time_per_output_token_seconds_sum{{model_name="{st.model}"}} {st.tpot_sum!r}',
+        f'vllm:request_time_per_output_token_seconds_count{{model_name="{st.model}"}} {float(st.finished)}',
+        f'vllm:request_decode_time_seconds_sum{{model_name="{st.model}"}} {st.decode_sum!r}',
+        f'vllm:request_decode_time_seconds_count{{model_name="{st.model}"}} {float(st.finished)}',
     ]
     return "\n".join(lines) + "\n"
 
@@ -252,7 +275,8 @@ async def handle(st: State, reader: asyncio.StreamReader, writer: asyncio.Stream
                 writer.write(_json(401, {"error": "Unauthorized"}))
             elif method == "POST" and path == "/v1/chat/completions":
                 fault = st.faults.pop(0) if st.faults else "ok"
-                rid = headers.get("x-request-id") or f"anon-{st.requests_total}"
+                st.requests_seen += 1
+                rid = headers.get("x-request-id") or f"anon-{st.requests_seen}"
                 keep = await stream_chat(st, writer, reader, json.loads(body), rid, fault) and keep
             elif method == "POST" and path == "/tokenize":
                 req = json.loads(body)
@@ -298,9 +322,15 @@ async def main() -> None:
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--tokens-per-s", type=float, default=25.0)
     p.add_argument("--ttft-s", type=float, default=0.05)
+    p.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM) ...")
+    p.add_argument("--tls-key", help="... and this key")
     args = p.parse_args()
     st = State(args)
-    server = await asyncio.start_server(lambda r, w: handle(st, r, w), args.host, args.port, backlog=1024)
+    tls = None
+    if args.tls_cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
+    server = await asyncio.start_server(lambda r, w: handle(st, r, w), args.host, args.port, backlog=1024, ssl=tls)
     port = server.sockets[0].getsockname()[1]
     print(f"READY {port}", flush=True)
     async with server:

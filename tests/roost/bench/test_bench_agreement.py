@@ -1,4 +1,5 @@
-"""The side-by-side arithmetic of ``roost/bench/agreement.py`` and its CPU placement helper."""
+"""The side-by-side arithmetic of ``tests/support/agreement.py``, its coalesced-round guard and its CPU
+placement helper."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.agreement import Round, Workload, compare, side_by_side, worker_cpus
 
-from roost.bench.agreement import Round, Workload, compare, side_by_side, worker_cpus
 
-
-def _round(tool: str, ttft: float, tpot: float, thr: float, cpu: float = 0.0) -> Round:
+def _round(tool: str, ttft: float, tpot: float, thr: float, cpu: float = 0.0, chunks: int = 10) -> Round:
     return Round(tool=tool, ttft=[ttft, ttft * 3, ttft * 2], tpot=[tpot] * 3, throughput=thr,  # type: ignore[arg-type]
-                 output_lens=[10, 10, 10], cpu_s=cpu)
+                 output_lens=[10, 10, 10], chunks=[chunks] * 3, cpu_s=cpu)
 
 
 def test_paired_ratio_is_the_median_over_pairs_of_round_ratios() -> None:
@@ -39,6 +39,32 @@ def test_a_systematic_difference_shows_in_worst() -> None:
     pairs = [(_round("roost", 1.0, 0.0106, 95), _round("vllm", 1.0, 0.010, 100))] * 4
     a = compare(pairs, prompt_tokens=128, output_tokens=10, users=3)
     assert a.worst() == pytest.approx(0.06)
+
+
+def test_pairs_with_coalesced_tokens_are_set_aside() -> None:
+    good = (_round("roost", 1.0, 0.010, 100), _round("vllm", 1.0, 0.010, 100))
+    # the API server fell behind: 10 tokens in 2 chunks, TPOT collapsed for both tools alike
+    bad = (_round("roost", 1.0, 0.0007, 180, chunks=2), _round("vllm", 1.0, 0.0001, 190, chunks=2))
+    a = compare([good, bad, good, good], prompt_tokens=128, output_tokens=10, users=3)
+    assert a.degenerate() == "" and len(a.set_aside) == 1 and "20% as many chunks" in a.set_aside[0]
+    assert a.worst() == pytest.approx(0.0)  # the coalesced pair did not enter the ratios
+    b = compare([good, bad, bad, good, bad], prompt_tokens=128, output_tokens=10, users=3)
+    assert "3 of 5 pairs had coalesced tokens" in b.degenerate()
+    assert b.worst() > 1  # all pairs count then, and the figures show why they cannot be judged
+
+
+def test_rounds_whose_tokens_came_in_one_chunk_are_reported_not_raised() -> None:
+    one_chunk = Round(tool="roost", ttft=[1.0] * 3, tpot=[], throughput=100, output_lens=[10] * 3, chunks=[1] * 3)
+    pairs = [(one_chunk, _round("vllm", 1.0, 0.010, 100))] * 3
+    a = compare(pairs, prompt_tokens=128, output_tokens=10, users=3)
+    assert "3 of 3 pairs" in a.degenerate() and "10% as many chunks" in a.degenerate()
+    assert {r.key: r.roost for r in a.rows}["tpot"] == 0.0
+
+
+def test_a_tpot_below_resolution_is_coalesced_even_with_many_chunks() -> None:
+    r = _round("vllm", 1.0, 0.00005, 100)
+    assert "below resolution" in r.coalesced()
+    assert _round("vllm", 1.0, 0.004, 100).coalesced() == ""
 
 
 def test_side_by_side_needs_an_even_number_of_pairs(tmp_path: Path) -> None:

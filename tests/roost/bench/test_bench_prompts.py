@@ -11,9 +11,9 @@ import pytest
 from bench_synthetic import Synthetic
 from tokenizers import Tokenizer
 
-from roost.bench.client import BenchClient
 from roost.bench.prompts import PromptBuilder, PromptError, ServerTokenizer, UsageProbeCounter
 from roost.demo.model import CHAT_TEMPLATE, generate_tiny_model
+from roost.vllm.client import VllmClient
 
 
 class TemplateBPECounter:
@@ -75,7 +75,7 @@ def test_server_tokenize_and_usage_probe_agree(synthetic: Synthetic) -> None:
     synthetic.control(tokens_per_s=1000.0, ttft_s=0.0)
 
     async def go() -> tuple[int, int, int | None]:
-        async with BenchClient(synthetic.base_url, synthetic.model, api_key=synthetic.api_key) as client:
+        async with VllmClient(synthetic.base_url, synthetic.model, api_key=synthetic.api_key) as client:
             tok = ServerTokenizer(client)
             assert await tok.available()
             p = await PromptBuilder(tok).build(300, "abc123")

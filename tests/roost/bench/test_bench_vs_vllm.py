@@ -1,22 +1,25 @@
-"""roost side by side with ``vllm bench serve`` (``roost/bench/agreement.py``), its prompts landing
-exactly on the target token counts, and the local profile's benchmark running well under a minute.
+"""roost side by side with ``vllm bench serve`` (``tests/support/agreement.py``), its prompts landing
+exactly on the target token counts, and the local profile's benchmark against vLLM's own account.
 
 Agreement is proven twice:
 
-- against the synthetic server (the ground truth: first token after a known delay, then tokens at
-  a known rate), where both tools must agree with each other and with the truth within 5%: this
-  catches any difference in what is measured (a TPOT that includes the first token's wait, a
-  TTFT that ends at the last token, a throughput over another window);
+- against the synthetic server, whose record of what it did (when it read each request and wrote
+  each token) is the ground truth: both tools must agree with each other and with that record
+  within 5%: this catches any difference in what is measured (a TPOT that includes the first
+  token's wait, a TTFT that ends at the last token, a throughput over another window);
 - against the real vLLM CPU server, both clients pinned to the CPUs vLLM's worker leaves free
   (``quiet_clients``), where the two must land within 10% of each other. The 5% target itself is
-  a timing figure, so it is measured by ``benchmarks/bench_vs_vllm.py`` (worst paired deviation
-  0.4% at 8 users, 1.0% at 1 user here); the margin covers a noisy machine. Unpinned, the
-  scheduler sometimes put a client on the worker's core, and which one decided a TPOT ratio off
-  by up to 13%.
+  a timing figure, so it is measured by ``benchmarks/bench_vs_vllm.py``; the margin covers a noisy
+  machine. Unpinned, the scheduler sometimes put a client on the worker's core, and which one
+  decided a TPOT ratio off by up to 13%. When the machine is so loaded that vLLM's API server
+  falls behind and sends tokens in a few large chunks, both tools' TPOT collapses towards 0 and
+  their ratio means nothing: pairs with such a round are set aside, and when most pairs are, the
+  test is skipped with the reason (``Agreement.degenerate``) rather than failed or passed.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +27,9 @@ from typing import Any
 
 import pytest
 from bench_synthetic import Synthetic, start_synthetic
+from support.agreement import Workload, quiet_clients, side_by_side
+from support.reference import VllmBenchServe
 
-from roost.bench.agreement import Workload, quiet_clients, side_by_side
-from roost.bench.reference import VllmBenchServe
 from roost.bench.sweep import BenchSettings, run_benchmark
 from roost.profiles import LOCAL
 
@@ -59,14 +62,25 @@ def test_roost_and_vllm_bench_serve_agree_with_each_other_and_the_truth_on_known
     syn = synthetic_same_key
     w = Workload(base_url=syn.base_url, model=syn.model, api_key=syn.api_key, tokenizer=tiny_model,
                  input_len=128, output_len=48, users=8)
+    syn.control(reset_stats=True)
     agreement, pairs = side_by_side(vllm_bench, w, pairs=4)
     print("\n" + agreement.table())
     assert agreement.worst() < 0.05, agreement.table()
-    truth = {"ttft": SYNTHETIC_TTFT_S, "tpot": 1 / SYNTHETIC_TOK_S}
-    for row in agreement.rows:
-        if row.key in truth:
-            for tool, value in (("roost", row.roost), ("vllm", row.vllm)):
-                assert value == pytest.approx(truth[row.key], rel=0.05), f"{tool} {row.name}: {value} vs {truth[row.key]}"
+    # the truth: what the server did, by its own record of every request of every round
+    done = [t for t in syn.record().values() if t["tokens"] == 48]
+    ttft = statistics.median(t["t_first"] - t["t_received"] for t in done)
+    tpot = statistics.median((t["t_last"] - t["t_first"]) / 47 for t in done)
+    print(f"server's record: median TTFT {ttft:.4f} s, median TPOT {tpot:.5f} s")
+    rows = {row.key: row for row in agreement.rows}
+    for tool, value in (("roost", rows["tpot"].roost), ("vllm", rows["tpot"].vllm)):
+        # over 47 gaps the two ends' delivery delays cancel: 5% is a TPOT that counts the first
+        # token's wait ((0.3 + 47 x 0.025) / 48 = +23%) or another window
+        assert value == pytest.approx(tpot, rel=0.05), f"{tool} median TPOT: {value} vs {tpot}"
+    for tool, value in (("roost", rows["ttft"].roost), ("vllm", rows["ttft"].vllm)):
+        # TTFT adds the request's way in and the first token's way out (a busy CPU delays both by
+        # tens of ms); a TTFT that ended at the last token would be 1.2 s late. (Medians of different
+        # requests: the server's lateness varies by a few ms between rounds.)
+        assert -0.01 < value - ttft < 0.1, f"{tool} median TTFT: {value} vs {ttft}"
     # throughput: every round sent users x output tokens; neither tool may count another window
     for r, v in pairs:
         assert r.output_lens == [48] * 8 and v.output_lens == [48] * 8
@@ -84,31 +98,41 @@ def test_roost_and_vllm_bench_serve_measure_the_real_server_alike(
     print(f"\nclients pinned to CPUs {sorted(pinned) if pinned else 'none'}")
     print("\n" + agreement.table())
     for r, v in pairs:
-        # exact prompts (as the server counts them) and full outputs on both sides
+        # exact prompts (as the server counts them) and full outputs on both sides, whatever the load
         assert set(r.input_lens) == {agreement.prompt_tokens} and set(r.output_lens) == {64}
         assert set(v.output_lens) == {64}
+    if why := agreement.degenerate():
+        pytest.skip(f"agreement not judged: {why}")
     assert agreement.worst() < 0.10, agreement.table()
 
 
-def test_prompts_are_exact_and_the_local_profile_runs_in_well_under_a_minute(vllm_server: Any) -> None:
+def test_prompts_are_exact_and_the_local_profile_agrees_with_vllms_own_account(vllm_server: Any) -> None:
     settings = BenchSettings(**LOCAL.bench)
     t0 = time.monotonic()
     r = run_benchmark(vllm_server.base_url, vllm_server.model, settings, api_key=vllm_server.api_key)
     wall = time.monotonic() - t0
     print(f"\nlocal profile benchmark: {wall:.1f} s")
     for p in r.points:
-        print(f"  {p.kind:<13} prompt {p.prompt_tokens:>5} users {p.concurrency:>2}: TTFT {p.ttft_s_median:.3f} s, "
-              f"decode {p.decode_tok_s_median:.1f} tok/s, aggregate {p.output_tok_s:.1f} tok/s")
-    assert r.status == "completed" and wall < 60
+        print(f"  {p.kind:<13} prompt {p.prompt_tokens:>5} users {p.concurrency:>2}: TTFT {p.ttft_s.median:.3f} s, "
+              f"decode {p.decode_tok_s.median:.1f} tok/s, aggregate {p.output_tok_s.median:.1f} tok/s; "
+              f"TPOT mean {p.tpot_s.mean:.5f} s, vLLM's own {p.metrics_delta.get('request_tpot_s_mean', 0):.5f} s")
+    assert r.status == "completed"
     assert [(p.kind, p.prompt_tokens, p.concurrency) for p in r.points] == [
         ("prompt_length", 128, 1), ("prompt_length", 1024, 1), ("concurrency", 512, 1), ("concurrency", 512, 4)]
     measured = [x for x in r.requests if x.phase != "warmup"]
     # exact: the server's own usage reports the target, template tokens included
     assert all(x.prompt_tokens == x.prompt_tokens_target for x in measured)
     assert all(x.completion_tokens == 64 and not x.usage_missing and x.ok for x in measured)
-    for p in r.points:
+    for i, p in enumerate(r.points):
         assert p.errors == 0 and p.metrics_delta["prefix_cache_hits"] == 0  # the nonce defeats prefix caching
+        # vLLM's engine counted every token roost counted, and finished every request roost did
         assert p.metrics_delta["generation_tokens"] == p.requests * 64
+        assert p.metrics_delta["request_tpot_count"] == p.requests
+        # roost's TPOT (arrival times) against vLLM's own (its engine's token times, the same formula),
+        # unless the API server fell behind and delivered a request's tokens in a few bursts
+        bursts = [x for x in measured if x.point == i and len(set(x.token_times)) < 32]
+        if not bursts:
+            assert p.tpot_s.mean == pytest.approx(p.metrics_delta["request_tpot_s_mean"], rel=0.1)
     assert r.knee is not None
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from roost.checkpoint import replicas
+from support import replicas
 
 
 @pytest.fixture(scope="session")

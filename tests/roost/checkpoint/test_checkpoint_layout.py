@@ -1,23 +1,17 @@
-"""roost.checkpoint.layout: tensor classes, config parsing, quantization kinds."""
+"""roost.checkpoint.layout: tensor classes and quantization kinds."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 
 from roost.checkpoint.layout import (
-    canonical_name,
+    TENSOR_CLASSES,
     classify,
-    dtype_bytes,
     expected_vision_tensors,
     nvfp4_problems,
-    parse_config,
     quant_kind,
-    split_role,
 )
 from roost.checkpoint.safetensors_header import TensorEntry
-from roost.errors import UserError
 
 
 @pytest.mark.parametrize(
@@ -59,10 +53,9 @@ def test_extra_layers_are_mtp_when_declared() -> None:
     assert classify("model.layers.60.self_attn.q_proj.weight", mtp_layer_start=61) == ("attention", 60)
 
 
-def test_split_role_and_canonical_name() -> None:
-    assert split_role("a.b.weight_scale_2") == ("a.b", "weight_scale_2")
-    assert canonical_name("model.layers.12.mlp.experts.7.up_proj.weight") == "model.layers.N.mlp.experts.E.up_proj.weight"
-    assert canonical_name("layers.0.attn.wq.weight") == "layers.N.attn.wq.weight"
+def test_classes_are_listed_once() -> None:
+    assert TENSOR_CLASSES == ("embedding", "lm_head", "final_norm", "norm", "attention", "linear_attention", "mlp",
+                              "moe_router", "moe_experts", "moe_shared_experts", "vision", "mtp", "other")
 
 
 def _e(dtype: str, *shape: int) -> TensorEntry:
@@ -87,66 +80,8 @@ def test_nvfp4_problems_name_what_is_wrong() -> None:
     assert nvfp4_problems("m", bad_dtype) == ["m.weight_scale is BF16, NVFP4 block scales are F8_E4M3"]
 
 
-QWEN35_TEXT: dict[str, Any] = {
-    "hidden_size": 4096, "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4,
-    "head_dim": 256, "vocab_size": 1000, "max_position_embeddings": 262144, "full_attention_interval": 4,
-    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "mtp_num_hidden_layers": 1, "mamba_ssm_dtype": "float32",
-}
-
-
-def test_parse_nested_text_config() -> None:
-    cfg = parse_config({"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
-                        "text_config": QWEN35_TEXT, "vision_config": {"depth": 27}})
-    assert cfg.layer_types == ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"]
-    assert (cfg.full_attention_layers, cfg.linear_attention_layers) == (2, 6)
-    assert cfg.gdn is not None and cfg.gdn.num_v_heads == 32
-    assert cfg.has_vision_config and cfg.vision_depth == 27
-    assert cfg.mtp_num_hidden_layers == 1 and cfg.mtp_style == "mtp_prefix"
-    assert cfg.mamba_ssm_dtype == "float32"
-
-
-def test_parse_flat_dense_config_defaults() -> None:
-    cfg = parse_config({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
-                        "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 128})
-    assert cfg.num_key_value_heads == 4 and cfg.head_dim == 16
-    assert cfg.layer_types == ["full_attention", "full_attention"]
-    assert not cfg.is_moe and cfg.gdn is None
-
-
-@pytest.mark.parametrize(
-    ("patch", "match"),
-    [
-        ({"num_hidden_layers": None}, r"missing field 'num_hidden_layers'"),
-        ({"vocab_size": None}, r"missing field 'vocab_size'"),
-        ({"hidden_size": "big"}, r"'hidden_size' must be a positive integer"),
-        ({"layer_types": ["full_attention"]}, r"layer_types must list one entry per layer \(8\)"),
-        ({"layer_types": ["weird"] * 8}, r"layer_types\[0\] = 'weird'"),
-        ({"linear_num_key_heads": None}, r"missing field 'linear_num_key_heads'"),
-        ({"mtp_num_hidden_layers": "one"}, r"'mtp_num_hidden_layers' must be a whole number >= 0, got 'one'"),
-        ({"num_experts": [1, 2]}, r"'num_experts' must be a whole number >= 0, got \[1, 2\]"),
-        ({"num_experts_per_tok": -1}, r"'num_experts_per_tok' must be a whole number >= 0, got -1"),
-    ],
-)
-def test_config_errors_name_the_field(patch: dict[str, Any], match: str) -> None:
-    text = {k: v for k, v in (QWEN35_TEXT | patch).items() if v is not None}
-    with pytest.raises(UserError, match=match):
-        parse_config({"architectures": ["X"], "text_config": text}, source="cfg.json")
-
-
-def test_config_without_architectures() -> None:
-    with pytest.raises(UserError, match="missing field 'architectures'"):
-        parse_config({"text_config": QWEN35_TEXT})
-
-
-def test_moe_without_top_k() -> None:
-    with pytest.raises(UserError, match="lacks num_experts_per_tok"):
-        parse_config({"architectures": ["X"], "num_experts": 8} | {k: v for k, v in QWEN35_TEXT.items() if "linear" not in k and k != "full_attention_interval"})
-
-
-def test_dtype_bytes_and_vision_expectation() -> None:
-    assert dtype_bytes("bfloat16") == 2 and dtype_bytes("torch.float32") == 4 and dtype_bytes("fp8") == 1
-    with pytest.raises(UserError):
-        dtype_bytes("int3")
+def test_vision_expectation() -> None:
     assert expected_vision_tensors("qwen3_5", 27) == 333
+    assert expected_vision_tensors("qwen3_vl_moe", 2) == 33
+    assert expected_vision_tensors("qwen3_5", None) is None
     assert expected_vision_tensors("llama", 27) is None

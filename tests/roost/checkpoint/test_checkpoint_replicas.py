@@ -1,13 +1,15 @@
-"""roost.checkpoint.replicas: header-exact, sparse, and faithful to the published counts."""
+"""tests/support/replicas.py (written by roost.checkpoint.writer): header-exact, sparse, and faithful to the
+published counts."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 from safetensors import safe_open
+from support import replicas
 
-from roost.checkpoint import replicas
 from roost.checkpoint.safetensors_header import read_header
 
 
@@ -70,8 +72,6 @@ def test_nvfp4_structure(nvfp4_dir: Path) -> None:
 
 def test_random_fill_writes_real_data(tmp_path: Path) -> None:
     """fill="random": real bytes (no holes), finite BF16 values, norms near one."""
-    import numpy as np
-
     d = replicas.write_replica(replicas.tiny_qwen3(layers=2), tmp_path / "tiny", fill="random")
     assert replicas.sparse_disk_bytes(d) >= sum(f.stat().st_size for f in d.glob("*.safetensors"))
     for shard in d.glob("*.safetensors"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -13,10 +14,11 @@ from roost.checkpoint.safetensors_header import (
     DTYPE_BITS,
     HeaderError,
     TensorEntry,
-    header_bytes,
+    paused_gc,
     read_header,
     tensor_nbytes,
 )
+from roost.checkpoint.writer import header_bytes
 from roost.errors import UserError
 
 
@@ -39,11 +41,13 @@ def test_reads_what_safetensors_writes(tmp_path: Path) -> None:
     h = read_header(path)
     assert h.metadata == {"format": "np"}
     assert set(h.tensors) == set(tensors)
-    assert h.entry("a") == TensorEntry("F32", (3, 5), h.entry("a").begin, h.entry("a").begin + 60)
-    assert h.tensors["b"]["dtype"] == "I64" and h.nbytes["b"] == 56
-    assert h.tensors["c"]["dtype"] == "F16" and h.nbytes["c"] == 16
-    assert h.tensors["d"]["shape"] == [] and h.nbytes["d"] == 1
-    assert h.data_offset + h.data_bytes == h.file_size == path.stat().st_size
+    a = TensorEntry.of(h.tensors["a"])
+    assert a == TensorEntry("F32", (3, 5), a.begin, a.begin + 60)
+    assert h.tensors["b"]["dtype"] == "I64" and h.tensors["c"]["dtype"] == "F16" and h.tensors["d"]["shape"] == []
+    assert h.data_offset + sum(h.sizes) == h.file_size == path.stat().st_size
+    # dtypes and sizes are aligned with the header's order (safetensors orders by dtype size, then name)
+    assert dict(zip(h.tensors, zip(h.dtypes, h.sizes, strict=True), strict=True)) == {
+        "a": ("F32", 60), "b": ("I64", 56), "c": ("F16", 16), "d": ("U8", 1)}
 
 
 def test_header_bytes_roundtrip_and_padding(tmp_path: Path) -> None:
@@ -55,7 +59,7 @@ def test_header_bytes_roundtrip_and_padding(tmp_path: Path) -> None:
     path.write_bytes(head + b"\0" * data_len)
     h = read_header(path)
     assert list(h.tensors) == ["w", "s", "p", "f4"]
-    assert [h.nbytes[n] for n, _, _ in specs] == [64, 4, 16, 3]
+    assert h.sizes == [64, 4, 16, 3]
 
 
 def test_dtype_table_covers_safetensors_dtypes() -> None:
@@ -67,7 +71,7 @@ def test_dtype_table_covers_safetensors_dtypes() -> None:
 
 def test_empty_header_is_valid(tmp_path: Path) -> None:
     h = read_header(_write_raw(tmp_path / "e.safetensors", {}, 0))
-    assert h.tensors == {} and h.data_bytes == 0
+    assert h.tensors == {} and h.sizes == [] and h.data_offset == h.file_size
 
 
 @pytest.mark.parametrize(
@@ -87,6 +91,9 @@ def test_empty_header_is_valid(tmp_path: Path) -> None:
         ({"t": {"dtype": "U8", "shape": [4]}}, 4, 0, r"lacks dtype/shape/data_offsets"),
         ({"t": {"dtype": "F4", "shape": [3], "data_offsets": [0, 1]}}, 1, 0, r"not a whole byte count"),
         ({"__metadata__": {"k": 1}}, 0, 0, r"__metadata__ must map strings to strings"),
+        ({"t": {"dtype": "U8", "shape": [True, 4], "data_offsets": [0, 4]}}, 4, 0, r"non-integer or negative dimension"),
+        ({"t": {"dtype": "U8", "shape": [4], "data_offsets": [0.0, 4]}}, 4, 0, r"invalid data_offsets \[0.0, 4\]"),
+        ({"t": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4, 8]}}, 8, 0, r"lacks dtype/shape/data_offsets"),
     ],
 )
 def test_inconsistent_headers_are_named(tmp_path: Path, header: dict[str, object], data_len: int, pad: int, match: str) -> None:
@@ -152,3 +159,28 @@ def test_large_header_needs_a_second_read(tmp_path: Path) -> None:
         f.truncate(len(head) + data_len)
     h = read_header(path)
     assert len(h.tensors) == 40 * 256
+
+
+def test_offsets_out_of_header_order_are_valid(tmp_path: Path) -> None:
+    """The spans need not come in header order: they must tile the data section once sorted."""
+    header = {"b": {"dtype": "U8", "shape": [4], "data_offsets": [4, 8]},
+              "a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}
+    h = read_header(_write_raw(tmp_path / "o.safetensors", header, 8))
+    assert list(h.tensors) == ["b", "a"] and h.dtypes == ["U8", "BF16"] and h.sizes == [4, 4]
+
+
+def test_paused_gc_restores_the_collector() -> None:
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner pause does not re-enable what the outer one paused
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # a caller that disabled it keeps it disabled
+    finally:
+        gc.enable()

@@ -1,5 +1,6 @@
 """``roost bench`` end to end (the real console script) against the synthetic streaming server:
-the JSON contract, the key from VLLM_API_KEY, exit 0 / 1 / 2."""
+the JSON contract, the key from VLLM_API_KEY, exit 0 / 1 / 2. Measured figures are set against the
+server's record of the same requests (``bench_synthetic.disagreements``), not its nominal rate."""
 
 from __future__ import annotations
 
@@ -12,23 +13,30 @@ from pathlib import Path
 
 import httpx
 import pytest
-from bench_synthetic import start_synthetic
+from bench_synthetic import Synthetic, disagreements, start_synthetic
 
 from roost.commands.bench import parse_int_list
 from roost.errors import UserError
 from roost.net import free_port
+from roost.records import STATISTICS
+from roost.vllm.stream import RequestRecord
 
 ROOST = str(Path(sys.executable).parent / "roost")
 KEY = "cli-bench-key-" + os.urandom(4).hex()
 
 
 @pytest.fixture
-def server() -> Iterator[str]:
+def synthetic_cli() -> Iterator[Synthetic]:
     syn = start_synthetic("--tokens-per-s", "300", "--ttft-s", "0.01", "--max-model-len", "2048", api_key=KEY)
     try:
-        yield syn.base_url
+        yield syn
     finally:
         syn.stop()
+
+
+@pytest.fixture
+def server(synthetic_cli: Synthetic) -> str:
+    return synthetic_cli.base_url
 
 
 def roost_bench(*args: str, key: str | None = KEY) -> subprocess.CompletedProcess[str]:
@@ -39,23 +47,34 @@ def roost_bench(*args: str, key: str | None = KEY) -> subprocess.CompletedProces
     return subprocess.run([ROOST, "bench", *args], env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_json_contract(server: str, tmp_path: Path) -> None:
+def test_json_contract(synthetic_cli: Synthetic, tmp_path: Path) -> None:
     out_file = tmp_path / "full.json"
-    r = roost_bench(server + "/v1", "--model", "synthetic", "--prompt-lengths", "128,max,9000", "--output-tokens", "32",
-                    "--concurrency", "1,4", "--repeats", "2", "--json", "--output", str(out_file))
+    r = roost_bench(synthetic_cli.base_url + "/v1", "--model", "synthetic", "--prompt-lengths", "128,max,9000",
+                    "--output-tokens", "32", "--concurrency", "1,4", "--repeats", "2", "--json", "--output", str(out_file))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
+    assert doc.keys() == {"base_url", "model", "status", "max_model_len", "errors", "notes", "knee", "points"}
     assert doc["status"] == "completed" and doc["max_model_len"] == 2048
-    keys = {"kind", "prompt_tokens", "concurrency", "ttft_s_median", "decode_tok_s_median", "output_tok_s", "requests", "errors"}
     assert [(p["kind"], p["prompt_tokens"], p["concurrency"]) for p in doc["points"]] == [
         ("prompt_length", 128, 1), ("prompt_length", 2016, 1), ("concurrency", 512, 1), ("concurrency", 512, 4)]
     for p in doc["points"]:
-        assert keys <= p.keys() and p["requests"] > 0 and p["errors"] == 0
-        assert p["decode_tok_s_median"] == pytest.approx(300, rel=0.05)
+        assert p["requests"] > 0 and p["errors"] == 0
+        # schema 2: each metric a distribution
+        for metric in ("ttft_s", "tpot_s", "itl_s", "e2el_s", "decode_tok_s", "output_tok_s", "request_rate"):
+            assert p[metric].keys() == set(STATISTICS), metric
+        d = p["decode_tok_s"]
+        assert d["count"] == p["requests"] and 0 < d["min"] <= d["median"] <= d["max"]
+        assert p["output_tok_s"]["count"] == 2  # one value per repeat
+        assert p["metrics_delta"]["generation_tokens"] == p["requests"] * 32  # the server's own count
     assert any("9000" in n for n in doc["notes"])
-    assert doc["knee"]["concurrency"] == 4
+    assert doc["knee"].keys() == {"concurrency", "output_tok_s", "peak_concurrency", "peak_output_tok_s",
+                                  "tolerance", "saturated"}
+    # 4 users on a server without contention: 4x one user's aggregate (the knee needs 90% of the peak)
+    assert doc["knee"]["concurrency"] == 4 and doc["knee"]["tolerance"] == pytest.approx(0.1)
     full = json.loads(out_file.read_text())
     assert len(full["requests"]) == 2 * 2 + 2 + 8 + 2  # two lengths, 1 user, 4 users (x2 repeats), 2 warm-up
+    records = [RequestRecord.model_validate(x) for x in full["requests"]]
+    assert disagreements(records, synthetic_cli.record()) == []
     assert "[ 50%]" in r.stderr or "%]" in r.stderr  # progress on stderr
     assert KEY not in r.stdout + r.stderr + out_file.read_text()
 
@@ -64,7 +83,8 @@ def test_table_output_and_key_from_the_option(server: str) -> None:
     r = roost_bench(server, "--model", "synthetic", "--api-key", KEY, "--prompt-lengths", "64", "--concurrency", "",
                     "--output-tokens", "16", "--repeats", "1", "--warmup", "0", "--quiet", key=None)
     assert r.returncode == 0, r.stderr
-    assert "prompt_length" in r.stdout and "decode tok/s" in r.stdout and r.stderr == ""
+    assert "prompt_length" in r.stdout and "decode tok/s p50" in r.stdout and r.stderr == ""
+    assert "TTFT p50 (s)" in r.stdout and "aggregate output tok/s" in r.stdout
 
 
 def test_user_errors_exit_2(server: str) -> None:

@@ -20,8 +20,12 @@ def test_json_for_a_real_failed_start() -> None:
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["failure_class"] == "kv_pool_too_small" and out["retryable"] is False
-    assert "--kv-cache-memory-bytes" in out["remediation"]
-    assert "KV cache is needed" in out["evidence"]
+    assert out["remediation"] == (
+        "Raise --kv-cache-memory-bytes to at least 1073741824 (1 GiB): one 2048-token request needs 0.0 GiB of KV "
+        "cache; lower --max-model-len only if memory is truly scarce.")
+    assert out["evidence"].startswith("ValueError: To serve at least one request with the model's max seq len (2048), "
+                                      "(0.0 GiB KV cache is needed")
+    assert (out["max_model_len"], out["estimated_max_model_len"], out["suggested_kv_cache_bytes"]) == (2048, 384, 1024**3)
 
 
 def test_healthy_log_exits_1() -> None:
@@ -35,7 +39,13 @@ def test_text_output_and_exit_status_options(tmp_path: Path) -> None:
     log.write_text("INFO Loading weights...\n")
     r = roost("diagnose", str(log), "--exit-code", "137", "--oom-killed")
     assert r.returncode == 0
-    assert "failure_class: out_of_memory" in r.stdout and "retryable:     true" in r.stdout
+    assert r.stdout.splitlines() == [
+        "failure_class: out_of_memory",
+        "retryable:     true",
+        "remediation:   The container was OOM-killed: free host memory or lower the KV pool, --max-model-len or "
+        "--max-num-seqs.",
+        "evidence:      container exited with status 137 and OOMKilled=true",
+    ]
 
 
 def test_unreadable_file_exits_2_with_one_line(tmp_path: Path) -> None:

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.hub import local_hub, shard_name, write_checkpoint_files
 
-from roost.hub.mirror import HubMirror, local_hub
-from roost.hub.testing import shard_name, write_checkpoint_files
+from roost.hub.mirror import HubMirror
+from roost.units import format_bytes
 
 ROOST = str(Path(sys.executable).parent / "roost")
 
@@ -26,10 +27,18 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HubMirror, s
         yield mirror, commits["acme/cli-model"]
 
 
-def roost_download(endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_ENDPOINT": endpoint}
-    env.pop("HF_TOKEN", None)
-    return subprocess.run([ROOST, "download", *args], env=env, capture_output=True, text=True, timeout=300)
+FILES = sorted([  # roost.hub.patterns: everything but original/*.pth and .gitattributes
+    "README.md", "chat_template.jinja", "config.json", "generation_config.json", "model.safetensors.index.json",
+    shard_name(1, 2), shard_name(2, 2), "tokenizer.json", "tokenizer_config.json",
+])
+
+
+def roost_download(
+    endpoint: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "HF_ENDPOINT": endpoint, **(env or {})}
+    full_env.pop("HF_TOKEN", None)
+    return subprocess.run([ROOST, "download", *args], env=full_env, capture_output=True, text=True, timeout=300)
 
 
 def test_json_contract_then_cached(hub: tuple[HubMirror, str], tmp_path: Path) -> None:
@@ -37,19 +46,41 @@ def test_json_contract_then_cached(hub: tuple[HubMirror, str], tmp_path: Path) -
     first = roost_download(mirror.endpoint, "acme/cli-model", "--local-dir", str(tmp_path), "--json")
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)
-    assert {"repo_id", "commit", "local_dir", "files", "bytes", "cached"} <= out.keys()
+    assert out.keys() == {
+        "repo_id", "revision", "commit", "local_dir", "files", "bytes", "cached",
+        "downloaded_bytes", "hashed_bytes", "seconds", "endpoint",
+    }
     assert out["repo_id"] == "acme/cli-model" and out["commit"] == commit and out["cached"] is False
+    assert out["revision"] == "main" and out["endpoint"] == mirror.endpoint
     assert out["local_dir"] == str(tmp_path.resolve())
+    assert [f["path"] for f in out["files"]] == FILES
     for f in out["files"]:
-        assert {"path", "size", "sha256", "verified"} <= f.keys() and f["verified"] is True
+        assert f.keys() == {"path", "size", "sha256", "verified", "lfs", "git_oid", "source", "resumed_from"}
+        assert f["verified"] is True and f["source"] == "download" and f["resumed_from"] == 0
         assert f["sha256"] == hashlib.sha256((tmp_path / f["path"]).read_bytes()).hexdigest()
-    assert out["bytes"] == sum(f["size"] for f in out["files"])
+    assert out["bytes"] == sum(f["size"] for f in out["files"]) == out["downloaded_bytes"] == out["hashed_bytes"]
 
     again = roost_download(
         mirror.endpoint, "acme/cli-model", "--revision", "main", "--local-dir", str(tmp_path), "--json"
     )
     assert again.returncode == 0 and json.loads(again.stdout)["cached"] is True
     assert "skipping download and hashing" in again.stderr
+
+
+def test_default_directory_is_the_checkpoint_dir_and_the_summary_line(
+    hub: tuple[HubMirror, str], tmp_path: Path
+) -> None:
+    mirror, commit = hub
+    env_home = tmp_path / "home"
+    r = roost_download(mirror.endpoint, "acme/cli-model", env={"ROOST_HOME": str(env_home)})
+    assert r.returncode == 0, r.stderr
+    target = env_home / "models" / "acme--cli-model"
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file() and ".roost" not in p.parts) == FILES
+    size = sum((target / f).stat().st_size for f in FILES)
+    assert r.stdout.startswith(
+        f"acme/cli-model@{commit} verified in {target}: {len(FILES)} files, {format_bytes(size)} "
+        f"(fetched {format_bytes(size)}, hashed {format_bytes(size)}, "
+    )
 
 
 def test_integrity_failure_exits_1_naming_the_file(hub: tuple[HubMirror, str], tmp_path: Path) -> None:

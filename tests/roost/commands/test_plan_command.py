@@ -8,13 +8,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import replicas
 from typer.testing import CliRunner
 
-from roost.checkpoint import replicas
 from roost.cli import app
 
 ROOST = str(Path(sys.executable).parent / "roost")
-CONTRACT = {"block_size", "kv_cache_tokens", "max_concurrency", "min_kv_cache_bytes", "fits_one_request", "decode_ceiling_tok_s"}
+# Every key ``roost plan --json`` prints, in order: the contract scripts read.
+CONTRACT = [
+    "path", "host", "rules", "architecture", "max_model_len", "kv_cache_memory_bytes", "block_size", "kv_cache_tokens",
+    "max_concurrency", "min_kv_cache_bytes", "fits_one_request", "fits_host", "decode_ceiling_tok_s",
+    "kv_bytes_per_token", "kv", "fit", "vllm_args", "predicted_log_lines",
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +32,12 @@ def test_json_contract_8_gib(ornith_35b: Path) -> None:
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out.keys() >= CONTRACT
+    assert list(out) == CONTRACT
     assert (out["block_size"], out["kv_cache_tokens"], round(out["max_concurrency"], 2)) == (1056, 412_980, 1.58)
     assert isinstance(out["max_concurrency"], float) and out["fits_one_request"] is True
-    assert 5 * 1024**3 < out["min_kv_cache_bytes"] < 6 * 1024**3
+    assert out["min_kv_cache_bytes"] == 5_449_973_760  # the "5.xx GiB" of the Ornith 1.0 35B recipe
+    assert out["vllm_args"] == ["--served-model-name", "ornith-35b", "--max-model-len", "262144",
+                                "--kv-cache-memory-bytes", "8589934592"]
 
 
 def test_4_gib_does_not_fit_exit_1(ornith_35b: Path) -> None:
@@ -45,6 +52,7 @@ def test_max_model_len(ornith_35b: Path) -> None:
     assert r.exit_code == 0
     out = json.loads(r.stdout)
     assert out["fits_one_request"] and out["max_model_len"] == 131072
+    assert out["min_kv_cache_bytes"] == (125 + 3) * 10 * 1056 * 2 * 2 * 256 * 2  # 125 attention + 3 mamba blocks
 
 
 def test_bad_input(ornith_35b: Path, tmp_path: Path) -> None:

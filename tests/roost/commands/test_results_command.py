@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.samples import dist
 from typer.testing import CliRunner
 
 from roost.cli import app
@@ -24,9 +25,9 @@ def stored(root: Path, run_id: str, day: int, repo_id: str, profile: str, host: 
                    host=host, backend="process")
     points = [] if decode is None else [
         BenchPoint(kind="prompt_length", prompt_tokens=2042, output_tokens=256, concurrency=1, requests=3,
-                   decode_tok_s_median=decode, ttft_s_median=0.46),
+                   decode_tok_s=dist(decode), ttft_s=dist(0.46)),
         BenchPoint(kind="concurrency", prompt_tokens=2042, output_tokens=512, concurrency=20, requests=40,
-                   output_tok_s=150.2),
+                   output_tok_s=dist(150.2)),
     ]
     append_run(RunRecord(meta=meta, points=points, decode_ceiling_tok_s=17.2,
                          status="completed" if decode is not None else "failed",
@@ -104,3 +105,41 @@ def test_the_console_script(root: Path) -> None:
                           timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "roost: error: --host 'mars': no runs for it; known: cpu, spark"
+
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "results-v1"
+
+
+def test_runs_stored_by_roost_0_1_are_listed_and_form_the_baseline_of_a_new_run(tmp_path: Path) -> None:
+    import shutil
+
+    from roost.store import load_records
+    from tasks.report import build_report
+
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    res = runner.invoke(app, ["results", "--dir", str(root), "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [r["run_id"] for r in rows] == ["20260220T020000Z-00000000", "20260221T020000Z-00000001",
+                                           "20260302T020000Z-0000bbbb", "20261201T012147Z-6345416b",
+                                           "20261201T012535Z-69fe66ca"]
+    assert [r["status"] for r in rows] == ["completed", "completed", "failed", "completed", "completed"]
+    assert rows[-1]["decode_tok_s"] == pytest.approx(189.44, abs=0.01) and rows[-1]["knee_concurrency"] == 4
+
+    # a new landing of the same configuration is compared with the two runs roost 0.1 stored
+    earlier = load_records(root, model="roost-demo/tiny-qwen3")
+    assert len(earlier) == 2 and earlier[0].meta.comparable_key() == earlier[1].meta.comparable_key()
+    now = earlier[-1].model_copy(deep=True)
+    now.meta = now.meta.model_copy(update={"run_id": "20261202T010000Z-0000cafe",
+                                           "started_at": dt.datetime(2026, 12, 2, 1, 0, tzinfo=dt.UTC)})
+    for p in now.points:
+        if p.kind == "prompt_length":
+            p.decode_tok_s.median = (p.decode_tok_s.median or 0.0) / 2  # half the decode rate: a regression
+    outcome = build_report(now, root)
+    assert outcome.comparison is not None
+    assert outcome.comparison.baseline_run_ids == [r.meta.run_id for r in earlier]
+    regressed = {c.metric.name for c in outcome.comparison.regressions}
+    assert regressed == {"decode_tok_s@prompt=128", "decode_tok_s@prompt=1024"}
+    listed = json.loads(runner.invoke(app, ["results", "--dir", str(root), "--json"]).stdout)
+    assert [r["run_id"] for r in listed][-1] == "20261202T010000Z-0000cafe" and len(listed) == 6

@@ -35,3 +35,20 @@ def test_unusable_input(args: list[str], message: str) -> None:
 def test_listed_in_help() -> None:
     out = subprocess.run([ROOST, "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "setup" in out.stdout
+
+
+def test_module_does_not_import_prefect() -> None:
+    """roost/cli.py imports every command module at start: setup's Prefect imports wait for the command."""
+    code = ("import sys, roost.commands.setup; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('prefect', 'deployments', 'blocks')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "[]\n"
+
+
+def test_help_names_the_host_block_type() -> None:
+    out = subprocess.run([ROOST, "setup", "--help"], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, COLUMNS="200", TERM="dumb", NO_COLOR="1"))
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.replace("│", " ").split())
+    assert "saved roost-host blocks" in text and "saved as spark-host are migrated to roost-host" in text

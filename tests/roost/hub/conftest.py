@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 from hub_samples import PRIVATE, REPO, SharedHub
+from support.hub import shard_name, write_checkpoint_files
 
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import publish_repo
-from roost.hub.testing import shard_name, write_checkpoint_files
 
 
 @pytest.fixture(scope="session")

@@ -1,28 +1,17 @@
-"""Digests, the mismatch sentence, fingerprints and the manifest (one definition, one test each)."""
+"""Digests and the mismatch sentence (one definition, one test each)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from roost.errors import CheckFailed
-from roost.hub.integrity import (
-    Fingerprint,
-    HubFile,
-    IntegrityError,
-    Manifest,
-    VerifiedEntry,
-    check_digest,
-    hash_file,
-    hash_files,
-    load_manifest,
-    manifest_path,
-    write_manifest,
-)
+from roost.hub.integrity import FileDigest, HubFile, IntegrityError, check_digest, hash_file, hash_files
 
 
 def test_hash_file_matches_hashlib_and_git_hash_object(tmp_path: Path) -> None:
@@ -77,40 +66,7 @@ def test_non_lfs_files_are_checked_by_git_blob_id() -> None:
     assert bad is not None and bad.field == "git blob id" and bad.expected == blob_id
 
 
-def test_fingerprint_changes_when_the_file_is_rewritten(tmp_path: Path) -> None:
-    p = tmp_path / "f"
-    p.write_bytes(b"one")
-    before = Fingerprint.of(p)
-    os.utime(p, ns=(before.mtime_ns + 1_000_000, before.mtime_ns + 1_000_000))
-    assert Fingerprint.of(p) != before
-    assert Fingerprint.maybe(tmp_path / "missing") is None
-
-
-def test_manifest_round_trips_atomically_and_a_corrupt_one_is_ignored(tmp_path: Path) -> None:
-    f = tmp_path / "x.safetensors"
-    f.write_bytes(b"x")
-    hub = HubFile(path="x.safetensors", size=1, blob_id="0" * 40, lfs_sha256=hashlib.sha256(b"x").hexdigest())
-    entry = VerifiedEntry(
-        expected=hub.expected_digest,
-        sha256=hub.lfs_sha256 or "",
-        fingerprint=Fingerprint.of(f),
-        verified_at="2026-01-01T00:00:00Z",
-    )  # type: ignore[arg-type]
-    manifest = Manifest(repo_id="a/b", commit="c" * 40, listing=[hub], verified={hub.path: entry})
-    write_manifest(tmp_path, manifest)
-    assert load_manifest(tmp_path) == manifest
-    assert manifest.unchanged(tmp_path, manifest.listing)
-    assert [p.name for p in manifest_path(tmp_path).parent.iterdir()] == ["download.json"]  # no temp left
-    f.write_bytes(b"y")
-    os.utime(f, ns=(1, 1))
-    assert not manifest.unchanged(tmp_path, manifest.listing)
-    manifest_path(tmp_path).write_text("{not json")
-    assert load_manifest(tmp_path) is None
-
-
-def hash_file_digest(data: bytes, git_blob: bool = False):  # type: ignore[no-untyped-def]
-    import tempfile
-
+def hash_file_digest(data: bytes, git_blob: bool = False) -> FileDigest:
     with tempfile.NamedTemporaryFile() as t:
         t.write(data)
         t.flush()

@@ -10,10 +10,10 @@ from hub_samples import PRIVATE, REPO, SharedHub, sha256_of
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import RepositoryNotFoundError
 from huggingface_hub.hf_api import RepoFile
+from support.hub import local_hub, shard_name, write_checkpoint_files
 
 from roost.errors import UserError
-from roost.hub.mirror import HubMirror, local_hub
-from roost.hub.testing import shard_name, write_checkpoint_files
+from roost.hub.mirror import HubMirror
 
 
 def test_branch_and_tag_resolve_to_their_commits(shared_hub: SharedHub) -> None:

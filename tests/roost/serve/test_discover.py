@@ -1,4 +1,5 @@
-"""Finding the server roost runs on a host from its state files, and probing its key (real vLLM)."""
+"""Finding the server roost runs on a host from the process backend's state files, and probing its
+key (real vLLM)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 
 from roost.hosts import CPU
 from roost.net import free_port
-from roost.serve.discover import ServingServer, probe, process_servers, serving_on
+from roost.serve.base import ServerInfo
+from roost.serve.discover import probe
+from roost.serve.process import ProcessBackend, process_servers
 from roost.settings import roost_home
 
 
@@ -61,10 +64,10 @@ def test_finds_the_running_server_and_its_key(vllm_server: object) -> None:
     assert probe(found, "wrong-key") == "unauthorized"
     assert probe(found, None) == "unauthorized"
     assert probe(found.model_copy(update={"served_model_name": "other"}), api_key) == "wrong-model"
-    assert serving_on(CPU.model_copy(update={"name": "test-session"})) == [found]
+    assert ProcessBackend(CPU.model_copy(update={"name": "test-session"})).servers() == [found]
 
 
 def test_nothing_listening_is_unreachable() -> None:
-    s = ServingServer(host="cpu", backend="process", base_url=f"http://127.0.0.1:{free_port()}",
+    s = ServerInfo(host="cpu", backend="process", base_url=f"http://127.0.0.1:{free_port()}",
                       served_model_name="tiny", port=1)
     assert probe(s, None, timeout_s=2) == "unreachable"

@@ -1,4 +1,9 @@
+"""The serving image's Dockerfile: rendering, labels and the content-addressed tag (pinned)."""
+
 from __future__ import annotations
+
+import hashlib
+import json
 
 import pytest
 
@@ -9,9 +14,10 @@ from roost.serve.dockerfile import (
     LABEL_DOCKERFILE_SHA,
     LABEL_MANAGED,
     BuildSpec,
-    content_hash,
     render_dockerfile,
 )
+
+FIXED = BuildSpec(base_image="roost/vllm-cpu-base:0.32.0", base_image_digest="sha256:abc", roost_version="1.0.0")
 
 
 def test_default_renders_from_ngc_base_with_pinned_patch_and_verification() -> None:
@@ -35,11 +41,22 @@ def test_labels_carry_version_base_digest_patch_and_managed_flag() -> None:
     assert 'ai.roost.base-digest="sha256:abc"' in r.text
 
 
-def test_tag_is_content_addressed_and_stable() -> None:
-    a = render_dockerfile(BuildSpec())
-    b = render_dockerfile(BuildSpec())
-    assert a.tag == b.tag == f"roost/vllm:{a.sha256[:12]}"
-    assert a.sha256 == content_hash(a.text, {})
+def test_tag_of_a_fixed_spec_is_pinned() -> None:
+    """Pinned: a change to the template or the hashing renames every image (and rebuilds it)."""
+    r = render_dockerfile(FIXED)
+    assert r.sha256 == "ce25886a4b5c11f496421d1c4237c387097bf15bf2387da84ad3acc41e8e40f7"
+    assert r.tag == "roost/vllm:ce25886a4b5c"
+    with_args = render_dockerfile(FIXED.model_copy(update={"build_args": {"PIP_DEFAULT_TIMEOUT": "60"}}))
+    assert with_args.tag == "roost/vllm:0116691e45fc"
+
+
+def test_the_hash_covers_the_text_and_the_sorted_build_args() -> None:
+    """The rule the module states, recomputed here with hashlib: sha256(text, NUL, JSON of sorted args)."""
+    args = {"B_ARG": "2", "A_ARG": "1"}
+    r = render_dockerfile(FIXED.model_copy(update={"build_args": args}))
+    expected = hashlib.sha256(r.text.encode() + b"\0" + json.dumps([["A_ARG", "1"], ["B_ARG", "2"]]).encode())
+    assert r.sha256 == expected.hexdigest() and r.tag == f"roost/vllm:{expected.hexdigest()[:12]}"
+    assert render_dockerfile(FIXED).sha256 == hashlib.sha256(render_dockerfile(FIXED).text.encode() + b"\0[]").hexdigest()
 
 
 @pytest.mark.parametrize(

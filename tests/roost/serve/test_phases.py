@@ -31,7 +31,7 @@ def test_split_keeps_text_after_the_stamp() -> None:
 def test_real_cpu_container_log_splits_into_load_compile_ready() -> None:
     lines = split_timestamped(LOG.read_text())
     started = lines[0][0]  # the container's first line stands in for State.StartedAt here
-    seen = dt.datetime(2026, 11, 30, 8, 9, 44, 98535, tzinfo=UTC)  # what wait_healthy recorded in that run
+    seen = dt.datetime(2026, 11, 30, 8, 9, 44, 98535, tzinfo=UTC)  # what the health wait recorded in that run
     p = startup_phases(lines, started, seen)
     # the CPU runner logs "Loading weights took" (08:08:04.522845) but not "Model loading took"
     assert p.load_s == pytest.approx((dt.datetime(2026, 11, 30, 8, 8, 4, 522845, tzinfo=UTC) - started).total_seconds(), abs=1e-3)

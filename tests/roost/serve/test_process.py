@@ -1,4 +1,6 @@
-"""The process backend: argv, port checks, stop semantics, and reaping servers a crashed run left."""
+"""The process backend: argv, port checks, stop semantics, reaping servers a crashed run left, the
+incremental log, discovery. Stand-in interpreters (real child processes) play vLLM where only the
+process matters; the contract test (test_backend_contract.py) runs the real vLLM."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ from pathlib import Path
 import pytest
 
 from roost.errors import UserError
-from roost.serve.base import ServeSpec
-from roost.serve.process import reap_stale_servers, start_process_server, vllm_command
+from roost.hosts import CPU
+from roost.net import free_port
+from roost.serve.base import ServeSpec, StartFailed
+from roost.serve.process import ProcessBackend, reap_stale_servers, start_process_server, vllm_command
+from roost.settings import roost_home
 
 
 def test_vllm_command_never_carries_the_api_key(tmp_path: Path) -> None:
@@ -40,14 +45,17 @@ def test_an_override_serving_another_name_is_a_user_error(tmp_path: Path) -> Non
         vllm_command(spec, Path("/venv/bin/python"))
 
 
-def test_port_in_use_is_a_user_error(tmp_path: Path, tiny_model: Path) -> None:
+def test_a_taken_port_is_a_start_failure_retryable_on_another_port(tmp_path: Path, tiny_model: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
         spec = ServeSpec(model_dir=tiny_model, served_model_name="m", port=port)
-        with pytest.raises(UserError, match=f"port {port} on 127.0.0.1 is already in use"):
+        with pytest.raises(StartFailed, match=f"port {port} on 127.0.0.1 is already in use") as info:
             start_process_server(spec)
+    d = info.value.diagnosis
+    assert d is not None and (d.failure_class, d.retryable) == ("port_in_use", True)
+    assert d.evidence == f"port {port} on 127.0.0.1: [Errno 98] Address already in use"
 
 
 def test_missing_checkpoint_is_a_user_error(tmp_path: Path) -> None:
@@ -59,6 +67,19 @@ def test_missing_interpreter_is_a_user_error(tiny_model: Path, tmp_path: Path) -
     spec = ServeSpec(model_dir=tiny_model, served_model_name="m", port=1)
     with pytest.raises(UserError, match="scripts/bootstrap"):
         start_process_server(spec, python=tmp_path / "nope" / "python")
+    with pytest.raises(UserError, match=f"vLLM interpreter {tmp_path / 'nope' / 'python'} not found"):
+        ProcessBackend(CPU, python=tmp_path / "nope" / "python").prepare()
+
+
+def test_prepare_has_nothing_to_build(tmp_path: Path) -> None:
+    python = tmp_path / "python"
+    python.write_text("")
+    backend = ProcessBackend(CPU, python=python)
+    said: list[str] = []
+    p = backend.prepare(log=said.append)
+    assert (p.backend, p.skipped, p.cached, p.image) == ("process", True, False, "")
+    assert p.note == said[0] == f"process backend: vLLM runs from {python}; no image to build"
+    assert backend.prepare_key() is None and backend.is_prepared()
 
 
 def test_api_key_reaches_vllm_through_env_only(tiny_model: Path, tmp_path: Path) -> None:
@@ -80,8 +101,6 @@ def test_api_key_reaches_vllm_through_env_only(tiny_model: Path, tmp_path: Path)
 
 def test_reap_stops_only_recorded_vllm_groups(tmp_path: Path) -> None:
     """A 'vLLM' left by a crashed run (its state file remains) is stopped; other processes are not."""
-    from roost.settings import roost_home
-
     state = roost_home() / "servers"
     state.mkdir(parents=True, exist_ok=True)
     # argv contains vllm.entrypoints so it looks like a server; it just sleeps.
@@ -124,3 +143,86 @@ def test_stop_takes_the_children_with_it(tiny_model: Path, tmp_path: Path) -> No
     time.sleep(0.2)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
     server.stop()  # idempotent
+
+
+def _interpreter(tmp_path: Path, body: str) -> Path:
+    python = tmp_path / "python"
+    python.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n")
+    python.chmod(0o755)
+    return python
+
+
+def _model(tmp_path: Path) -> Path:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    return model
+
+
+def test_new_log_text_reads_only_what_is_new_and_skips_earlier_runs(tmp_path: Path) -> None:
+    """A reused log file keeps an earlier run's text: this server's log starts after it. A line written
+    in two pieces is handed out once, whole; every line reaches the log callback once."""
+    log = tmp_path / "log"
+    log.write_text("OLD RUN: RuntimeError: Engine core initialization failed\n")
+    go = tmp_path / "go"
+    python = _interpreter(tmp_path, (
+        f"import os\nprint('first line', flush=True)\nsys.stdout.write('Loading wei'); sys.stdout.flush()\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+        "print('ghts took 0.05 seconds', flush=True)\nprint('last line', end='', flush=True)\nsys.exit(0)"))
+    said: list[str] = []
+    spec = ServeSpec(model_dir=_model(tmp_path), served_model_name="m", port=free_port(), log_path=log)
+    server = start_process_server(spec, python=python, host_name="t-log", log=said.append)
+    try:
+        chunks: list[str] = []
+        deadline = time.monotonic() + 30
+        while "Loading wei" not in log.read_text():
+            assert time.monotonic() < deadline
+            chunks.append(server.new_log_text())
+            time.sleep(0.05)
+        chunks.append(server.new_log_text())
+        assert "".join(chunks) == "first line\n"  # the unfinished line waits for its end
+        go.write_text("")
+        server.proc.wait(timeout=30)
+        chunks.append(server.new_log_text())
+        assert "".join(chunks) == "first line\nLoading weights took 0.05 seconds\nlast line\n"
+        assert server.new_log_text() == ""
+        assert server.logs() == "".join(chunks)  # without the earlier run's text
+        assert server.diagnose() is None  # so the earlier run's failure is not this server's
+        pid = server.pid
+        assert said == [f"[vllm {pid}] first line", f"[vllm {pid}] Loading weights took 0.05 seconds",
+                        f"[vllm {pid}] last line"]
+    finally:
+        server.stop()
+    assert log.read_text().startswith("OLD RUN")  # the file itself is only appended to
+
+
+def test_backend_start_reaps_a_crashed_run_warns_about_restart_policies_and_is_found(tmp_path: Path) -> None:
+    host = CPU.model_copy(update={"name": "t-backend"})
+    state = roost_home() / "servers"
+    state.mkdir(parents=True, exist_ok=True)
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "vllm.entrypoints.openai.api_server"],
+                            start_new_session=True)
+    (state / f"t-backend-{left.pid}.json").write_text(json.dumps({"pid": left.pid}))
+    backend = ProcessBackend(host, python=_interpreter(tmp_path, "time.sleep(120)"))
+    said: list[str] = []
+    spec = ServeSpec(model_dir=_model(tmp_path), served_model_name="m", port=free_port(), log_path=tmp_path / "log",
+                     restart_policy="unless-stopped")
+    server = backend.start(spec, "k", backend.prepare(), log=said.append)
+    try:
+        left.wait(timeout=30)
+        assert said[:2] == [
+            "warning: restart policy unless-stopped applies to containers only; host t-backend runs vLLM as a "
+            "process, which is not restarted",
+            f"warning: stopped 1 vLLM server(s) a crashed earlier run left on host t-backend (pids [{left.pid}])",
+        ]
+        info = server.describe()
+        assert (info.backend, info.host, info.port, info.served_model_name) == ("process", "t-backend", spec.port, "m")
+        assert info.pid == server.proc.pid == os.getpgid(server.proc.pid)  # its own process group
+        assert info.base_url == f"http://127.0.0.1:{spec.port}" and info.log_location == str(tmp_path / "log")
+        assert backend.servers() == [info.model_copy(update={"started_at": backend.servers()[0].started_at})]
+        assert abs((backend.servers()[0].started_at - info.started_at).total_seconds()) < 5  # type: ignore[operator]
+    finally:
+        server.stop()
+        if left.poll() is None:
+            os.killpg(left.pid, 9)
+    assert backend.servers() == []

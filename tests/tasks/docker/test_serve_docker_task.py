@@ -1,20 +1,33 @@
-"""tasks/serve.py's docker part against a real Prefect server and a real engine: the per-host
-global concurrency limit (strict), and the serve task starting a labelled container."""
+"""tasks/serve.py and tasks/health.py against a real Prefect server and a real engine, with the host's
+serving slot (``tasks/host_slot.py``: the per-host global concurrency limit, strict) held around them:
+the serve task starts a labelled container and streams its log lines to the Prefect logger; the
+health-wait task fails at once when that container dies."""
 
 from __future__ import annotations
 
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
+from prefect.context import get_run_context
+from prefect.logging.handlers import APILogWorker
+from pydantic import SecretStr
 
-from roost.hosts import CPU
+from roost.hosts import CPU_DOCKER
 from roost.net import free_port
 from roost.serve.base import ServeSpec
-from roost.serve.docker_backend import build_image, roost_containers
-from roost.serve.dockerfile import BuildSpec
+from roost.serve.docker.backend import DockerBackend
+from roost.serve.docker.containers import roost_containers
+from roost.serve.health import ServerExited
+from tasks.health import health_wait_task
+from tasks.host_slot import ensure_host_limit, host_limit_name, host_slot
+from tasks.serve import serve_task
 
 if TYPE_CHECKING:
     import docker
@@ -23,21 +36,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
 
 def test_missing_host_limit_is_an_error_not_a_warning(prefect_api: str) -> None:
-    from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
 
-    from tasks.serve import host_slot
 
     with pytest.raises(ConcurrencySlotAcquisitionError), host_slot("never-set-up-host", timeout_s=5):
         pass
 
 
 def test_one_slot_per_host(prefect_api: str) -> None:
-    from tasks.serve import ensure_host_limit, host_limit_name, host_slot
 
-    ensure_host_limit("slot-host")
-    ensure_host_limit("slot-host")  # idempotent
-    from prefect.client.orchestration import get_client
 
+    assert ensure_host_limit("slot-host") == "created"
+    assert ensure_host_limit("slot-host") == "unchanged"  # idempotent
     with get_client(sync_client=True) as client:
         limit = client.read_global_concurrency_limit_by_name(host_limit_name("slot-host"))
     assert limit.limit == 1 and limit.active
@@ -56,41 +65,54 @@ def test_one_slot_per_host(prefect_api: str) -> None:
         t.start()
         t.join(30)
     assert outcome == ["timed out"]
-    # released: the next run gets it at once
-    t0 = time.monotonic()
+    # released: the next run gets it (a slot still held would time out here)
     with host_slot("slot-host", timeout_s=10):
         pass
-    assert time.monotonic() - t0 < 5
     ensure_host_limit("slot-host-b")
     with host_slot("slot-host", timeout_s=5), host_slot("slot-host-b", timeout_s=5):
         pass  # another host's slot is free while this one is held
 
 
-def test_serve_docker_task_in_a_flow(prefect_api: str, docker_engine: docker.DockerClient, base_image: str,
-                                     docker_tiny_model: Path) -> None:
-    from prefect import flow
-    from pydantic import SecretStr
+def _logs_of_flow_run(flow_run_id: Any) -> list[str]:
 
-    from tasks.serve import ensure_host_limit, host_slot, serve_docker_task
+    APILogWorker.drain_all(timeout=10)
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    return [log.message for log in logs]
 
-    host = CPU.model_copy(update={"name": "taskhost", "backend": "docker", "base_image": base_image})
-    image = build_image(BuildSpec(base_image=base_image), client=docker_engine).tag
+
+def test_serve_task_in_a_flow_streams_the_container_log(prefect_api: str, docker_engine: docker.DockerClient,
+                                                        base_image: str, docker_tiny_model: Path) -> None:
+
+
+    host = CPU_DOCKER.model_copy(update={"name": "taskhost", "base_image": base_image})
+    backend = DockerBackend(host, client=docker_engine)
+    prepared = backend.prepare()
     spec = ServeSpec(model_dir=docker_tiny_model, served_model_name="tiny", port=free_port(),
                      env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     ensure_host_limit(host.name)
 
     @flow(name="serve-docker-test")
-    def serve_flow() -> tuple[str, bool, str]:
+    def serve_flow() -> tuple[str, str, str, Any]:
         with host_slot(host.name, timeout_s=30):
-            server = serve_docker_task(spec, SecretStr("task-key"), host, image)
+            server = serve_task(backend, spec, SecretStr("task-key"), prepared)
             try:
-                running = server.is_running()
-                name = server.name
-                labels = docker_engine.containers.get(name).labels
+                info = server.describe()
+                labels = docker_engine.containers.get(info.container).labels
+                deadline = time.monotonic() + 120
+                while not server.logs() and time.monotonic() < deadline:  # the container's first line
+                    time.sleep(0.2)
+                docker_engine.containers.get(info.container).kill()  # it dies while the wait runs
+                with pytest.raises(ServerExited, match="exited with code 137"):
+                    health_wait_task(server, SecretStr("task-key"), 600)
+                first = server.logs().splitlines()[0]
             finally:
                 server.stop()
-            return name, running, labels["ai.roost.host"]
+            return str(info.container), labels["ai.roost.host"], first, get_run_context().flow_run.id  # type: ignore[union-attr]
 
-    name, running, host_label = serve_flow()
-    assert (name, running, host_label) == ("roost-taskhost-tiny", True, "taskhost")
+    name, host_label, first, run_id = serve_flow()
+    assert (name, host_label) == ("roost-taskhost-tiny", "taskhost")
+    messages = _logs_of_flow_run(run_id)
+    assert f"[roost-taskhost-tiny] {first}" in messages  # the server's lines reach the Prefect logger
+    assert any(m.startswith("vLLM starting (container roost-taskhost-tiny) at http://127.0.0.1:") for m in messages)
     assert roost_containers(docker_engine, "taskhost") == []

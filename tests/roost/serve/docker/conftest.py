@@ -1,5 +1,6 @@
-"""Docker fixtures (engine, cached base image, tiny model, the nothing-left-behind guard): ``tests/docker_fixtures.py``."""
+"""Every test here needs Docker: ``nothing_left_behind`` (autouse) takes the engine and its leak
+guard for each (the engine, base image and tiny model fixtures come from ``tests/roost/serve/conftest.py``)."""
 
-from docker_fixtures import base_image, docker_engine, docker_tiny_model, nothing_left_behind
+from docker_fixtures import nothing_left_behind
 
-__all__ = ["base_image", "docker_engine", "docker_tiny_model", "nothing_left_behind"]
+__all__ = ["nothing_left_behind"]

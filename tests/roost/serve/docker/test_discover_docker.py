@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from roost.hosts import CPU
-from roost.serve.discover import docker_servers, probe
+from roost.serve.discover import probe
+from roost.serve.docker.backend import DockerBackend
 
 if TYPE_CHECKING:
     import docker
@@ -33,10 +34,11 @@ def test_lists_running_roost_containers_of_the_host(docker_engine: docker.Docker
                                                  detach=True))
         made.append(docker_engine.containers.run(ROOTFS_IMAGE, ["sleep", "120"], name="roost-elsewhere-tiny",
                                                  labels=labels | {"ai.roost.host": "elsewhere"}, detach=True))
-        (found,) = docker_servers(host)
-        assert (found.container, found.served_model_name, found.port, found.backend) == (
-            "roost-discover-tiny", "tiny", 18123, "docker")
+        (found,) = DockerBackend(host, client=docker_engine).servers()
+        assert (found.container, found.served_model_name, found.port, found.backend, found.host) == (
+            "roost-discover-tiny", "tiny", 18123, "docker", "discover")
         assert found.base_url == "http://127.0.0.1:18123" and found.started_at is not None
+        assert (found.image, found.log_location) == (ROOTFS_IMAGE, "docker logs roost-discover-tiny")
         assert probe(found, None, timeout_s=2) == "unreachable"
     finally:
         for c in made:

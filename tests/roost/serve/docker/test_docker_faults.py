@@ -1,18 +1,18 @@
 """Cold-load failures with real containers, each reproducing the failure's exit status and log.
 
-- kv_pool_too_small: real vLLM in the built image with a 1 MiB --kv-cache-memory-bytes.
 - out_of_memory: a real OOM kill (cgroup memory limit), exit 137 with OOMKilled=true.
-- port_in_use: a real listener on the port Docker is asked to publish.
-- health_timeout: real vLLM still loading when a short wait gives up.
-- a failing build: a base without pip, the real `docker build` error.
+- a server that dies while the health wait runs: the wait ends at once, the diagnosis follows.
+- a failing build: a base without pip, the real `docker build` error; a missing base image.
 - the classes whose trigger needs hardware or checkpoints this machine does not have (a vision
   checkpoint without its tower, an MTP config without MTP weights, CUDA OOM) are FAKED: a container
   from the base image prints vLLM 0.32's exact line (from its source) and exits 1 the way vLLM does.
+
+kv_pool_too_small, port_in_use and health_timeout come from real vLLM and real ports in the cold-load
+retry tests (test_coldload_docker.py).
 """
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,17 +23,10 @@ from roost.errors import StageFailed
 from roost.hosts import CPU, HostProfile
 from roost.net import free_port
 from roost.serve.base import ServeSpec
-from roost.serve.docker_backend import (
-    LABEL_HOST,
-    LABEL_MODEL,
-    DockerServer,
-    StartFailed,
-    build_image,
-    roost_containers,
-    start_docker_server,
-    wait_healthy,
-)
+from roost.serve.docker.containers import LABEL_HOST, LABEL_MODEL, DockerServer, start_container
+from roost.serve.docker.images import build_image
 from roost.serve.dockerfile import LABEL_MANAGED, BuildSpec
+from roost.serve.health import ServerExited, wait_until_ready
 
 if TYPE_CHECKING:
     import docker
@@ -123,66 +116,17 @@ def test_oom_killed_container(docker_engine: docker.DockerClient) -> None:
 
 
 def test_wait_ends_at_once_when_the_container_dies(docker_engine: docker.DockerClient, base_image: str) -> None:
-    server = run_fake(docker_engine, base_image, "sleep 1; echo 'OSError: [Errno 98] Address already in use' >&2; exit 1",
-                      name="roost-faults-early-exit")
+    script = "echo 'Resolved architecture: Qwen3ForCausalLM'; sleep 1; echo 'OSError: [Errno 98] Address already in use' >&2; exit 1"
+    server = run_fake(docker_engine, base_image, script, name="roost-faults-early-exit")
     try:
-        w = wait_healthy(server, timeout_s=120)
-        assert not w.healthy and not w.timed_out and w.exit_code == 1 and w.seconds < 10
-        assert w.diagnosis is not None and w.diagnosis.failure_class == "port_in_use"
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def serving_image(docker_engine: docker.DockerClient, base_image: str) -> str:
-    return build_image(BuildSpec(base_image=base_image), client=docker_engine).tag
-
-
-def test_port_in_use_when_docker_publishes(docker_engine: docker.DockerClient, base_image: str, serving_image: str,
-                                           docker_tiny_model: Path) -> None:
-    host = cpu_host("faults-port", base_image)
-    with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", 0))
-        squatter.listen()
-        port = squatter.getsockname()[1]
-        spec = ServeSpec(model_dir=docker_tiny_model, served_model_name="tiny", port=port)
-        with pytest.raises(StartFailed) as info:
-            start_docker_server(spec, host, image=serving_image, api_key=None, client=docker_engine)
-    d = info.value.diagnosis
-    assert d is not None and d.failure_class == "port_in_use" and d.retryable
-    assert str(port) in d.evidence
-    assert roost_containers(docker_engine, "faults-port") == []  # the created-but-unstarted container is gone
-
-
-def test_real_vllm_kv_pool_too_small(docker_engine: docker.DockerClient, base_image: str, serving_image: str,
-                                     docker_tiny_model: Path) -> None:
-    host = cpu_host("faults-kv", base_image)
-    spec = ServeSpec(model_dir=docker_tiny_model, served_model_name="tiny", port=free_port(),
-                     vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager",
-                                "--kv-cache-memory-bytes", "1048576"])
-    server = start_docker_server(spec, host, image=serving_image, api_key=None, client=docker_engine)
-    try:
-        w = wait_healthy(server, timeout_s=600)
-        assert not w.healthy and w.exit_code == 1, server.logs()[-2000:]
-        d = w.diagnosis
-        assert d is not None and d.failure_class == "kv_pool_too_small" and not d.retryable
-        assert d.max_model_len == 2048 and d.suggested_kv_cache_bytes == 1024**3
-        assert "To serve at least one request with the model's max seq len (2048)" in d.evidence
-    finally:
-        server.stop()
-
-
-def test_health_timeout_while_still_loading(docker_engine: docker.DockerClient, base_image: str, serving_image: str,
-                                            docker_tiny_model: Path) -> None:
-    host = cpu_host("faults-slow", base_image)
-    spec = ServeSpec(model_dir=docker_tiny_model, served_model_name="tiny", port=free_port(),
-                     env={"VLLM_CPU_KVCACHE_SPACE": "1"})
-    server = start_docker_server(spec, host, image=serving_image, api_key=None, client=docker_engine)
-    try:
-        w = wait_healthy(server, timeout_s=3)
-        assert not w.healthy and w.timed_out and w.exit_code is None
-        assert w.diagnosis is not None and w.diagnosis.failure_class == "health_timeout" and w.diagnosis.retryable
-        assert server.is_running()
+        t0 = time.monotonic()
+        with pytest.raises(ServerExited, match="exited with code 1 before it was ready") as info:
+            wait_until_ready(server, api_key=None, timeout_s=120)
+        assert time.monotonic() - t0 < 60  # not the timeout
+        assert str(info.value).endswith("last log lines:\nResolved architecture: Qwen3ForCausalLM\n"
+                                        "OSError: [Errno 98] Address already in use")
+        d = server.diagnose()
+        assert d is not None and (d.failure_class, d.exit_code) == ("port_in_use", 1)
     finally:
         server.stop()
 
@@ -210,5 +154,5 @@ def test_serving_an_image_that_was_never_built(docker_engine: docker.DockerClien
                                                docker_tiny_model: Path) -> None:
     spec = ServeSpec(model_dir=docker_tiny_model, served_model_name="tiny", port=free_port())
     with pytest.raises(StageFailed, match="image roost/vllm:000000000000 is not present on host faults-img: run the build"):
-        start_docker_server(spec, cpu_host("faults-img", base_image), image="roost/vllm:000000000000", api_key=None,
-                            client=docker_engine)
+        start_container(spec, cpu_host("faults-img", base_image), image="roost/vllm:000000000000", api_key=None,
+                        client=docker_engine)

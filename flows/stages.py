@@ -1,0 +1,298 @@
+"""The pipeline's stages, shared by every flow: ``land``, ``rebenchmark`` and ``audit`` call these.
+
+Each stage function runs one step through its Prefect task(s) (``tasks/<stage>.py``), times it into
+the run record (:func:`stage`) and returns what the next stage needs as a typed result:
+
+    download_stage -> Checkpoint         (the verified local directory and its commit)
+    audit_stage    -> ServePlan          (the audit, the KV plan and the vLLM arguments; stops the run
+                                          on an error finding or a pool vLLM would refuse)
+    build_stage    -> Prepared           (the serving image, or nothing to build)
+    serve_stage    -> ColdLoad           (a healthy server; failed cold loads classified and retried)
+    benchmark_stage                      (points and per-request rows into the record and the store)
+    report_stage                         (store, compare with the baseline, report files, artifacts, Slack)
+    finish         -> the record as JSON (or the failure, with its exit code)
+
+A flow reads top to bottom as calls to these; nothing here branches on the serving backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger
+from prefect.context import get_run_context
+from pydantic import BaseModel, SecretStr
+
+import roost
+from blocks.resolve import load_vllm_api_key
+from roost.errors import RoostError, StageFailed
+from roost.hosts import HostProfile
+from roost.hub.snapshot import DownloadResult
+from roost.plan.inputs import PlanInputs
+from roost.plan.preflight import PlanRefused, PlanReport
+from roost.plan.report import AuditReport
+from roost.profiles import ModelProfile
+from roost.records import RunMeta, RunRecord, StageTiming
+from roost.serve.base import Backend, Prepared, Readiness, Server, ServeSpec
+from roost.serve.coldload import ColdLoad, ColdLoadFailed, cold_load
+from roost.settings import checkpoint_dir
+from roost.store import append_requests
+from roost.vllm.client import VllmClient, run_sync
+from tasks.audit import audit_task, plan_task
+from tasks.benchmark import BenchFailed, benchmark_task
+from tasks.build import build_task
+from tasks.download import download_task
+from tasks.health import health_wait_task
+from tasks.local_hub import local_hub_task
+from tasks.notify import notify_task
+from tasks.report import report_task
+from tasks.serve import serve_task
+
+
+@contextlib.contextmanager
+def stage(record: RunRecord, name: str) -> Iterator[StageTiming]:
+    """Time one stage into ``record.stages``; a failure marks the run failed at this stage (the first
+    failure is the run's, unless a later retry succeeds and clears it)."""
+    timing = StageTiming(stage=name, seconds=0.0)
+    t0 = time.perf_counter()
+    try:
+        yield timing
+    except BaseException as exc:
+        timing.status = "failed"
+        if record.status != "failed":
+            record.status, record.failed_stage = "failed", name
+            record.failure_message = str(exc) or type(exc).__name__
+            record.failure_class = getattr(exc, "failure_class", "") or f"{name.replace('-', '_')}_failed"
+            record.remediation = getattr(exc, "remediation", "")
+        raise
+    finally:
+        timing.seconds = time.perf_counter() - t0
+        record.stages.append(timing)
+
+
+def api_key() -> SecretStr:
+    """The key vLLM requires: ``VLLM_API_KEY`` if set, else the ``roost-vllm-api-key`` Secret block
+    if saved, else a fresh one for this run only. Never logged."""
+    return load_vllm_api_key() or SecretStr(secrets.token_urlsafe(24))
+
+
+def new_record(prof: ModelProfile, host: HostProfile, revision: str | None = None, **meta: Any) -> RunRecord:
+    """An empty record for a run of ``prof`` on ``host``, tied to the current Prefect flow run."""
+    ctx = get_run_context()
+    flow_run = getattr(ctx, "flow_run", None)
+    fields: dict[str, Any] = {
+        "roost_version": roost.__version__, "profile": prof.name, "repo_id": prof.repo_id,
+        "revision": revision or prof.revision, "commit": "", "served_model_name": prof.served_model_name,
+        "host": host.name, "backend": host.backend,
+        "prefect_flow_run_id": str(flow_run.id) if flow_run is not None else "",
+    }
+    return RunRecord(meta=RunMeta(**(fields | meta)))
+
+
+# --- 1. download ------------------------------------------------------------------------------------
+
+
+class Checkpoint(BaseModel):
+    """A verified checkpoint on local disk."""
+
+    model_dir: Path
+    commit: str
+    cached: bool
+    download: DownloadResult
+
+
+def download_stage(record: RunRecord, prof: ModelProfile) -> Checkpoint:
+    """Fetch and verify the profile's repo at the record's revision into its checkpoint directory.
+
+    The embedded demo model is generated and served from a local Hub mirror for the download only.
+    The Hub token comes from the profile's Secret block (``hf_token_secret``), else ``HF_TOKEN``.
+    """
+    with stage(record, "download") as st, contextlib.ExitStack() as mirror:
+        endpoint = None
+        if prof.demo:
+            hub = local_hub_task(prof)
+            mirror.callback(hub.stop)
+            endpoint = hub.endpoint
+        result = download_task(prof, record.meta.revision, str(checkpoint_dir(prof.repo_id)), endpoint=endpoint,
+                               token_secret=prof.hf_token_secret)
+        record.meta.commit = result.commit
+        st.cached = result.cached
+    return Checkpoint(model_dir=Path(result.local_dir), commit=result.commit, cached=result.cached, download=result)
+
+
+# --- 2. audit and plan ------------------------------------------------------------------------------
+
+
+class ServePlan(BaseModel):
+    """What the audit and the plan decided before any server starts."""
+
+    audit: AuditReport
+    plan: PlanReport
+    vllm_args: list[str]
+    cached: bool
+
+
+def audit_stage(record: RunRecord, prof: ModelProfile, host: HostProfile, checkpoint: Checkpoint,
+                overrides: list[str] | None = None) -> ServePlan:
+    """Audit the headers and plan vLLM's arguments with the profile's and this run's overrides.
+
+    Stops the run (``StageFailed`` at ``audit``) on an error finding, and (``PlanRefused``) when the
+    plan says vLLM would refuse to start or the host cannot hold it: no cold load is spent on either.
+    """
+    logger = get_run_logger()
+    extra = [*prof.vllm_overrides, *(overrides or [])]
+    with stage(record, "audit") as st:
+        audit_state = audit_task(str(checkpoint.model_dir), host.name, return_state=True)
+        audit: AuditReport = audit_state.result()
+        inputs = PlanInputs(served_model_name=prof.served_model_name, max_model_len=prof.max_model_len,
+                            kv_cache_memory_bytes=prof.kv_cache_memory_bytes,
+                            target_concurrency=prof.target_concurrency, vllm_overrides=extra)
+        plan_state = plan_task(str(checkpoint.model_dir), host.name, audit, inputs, return_state=True)
+        plan: PlanReport = plan_state.result()
+        record.audit, record.plan = audit.to_json(), plan.to_json()
+        record.decode_ceiling_tok_s = audit.decode_ceiling_tok_s
+        record.serve.predicted_kv_cache_tokens = plan.kv_cache_tokens
+        record.serve.predicted_max_concurrency = plan.max_concurrency
+        st.cached = audit_state.name == "Cached" and plan_state.name == "Cached"
+        if st.cached:
+            logger.info("audit and plan: cached (checkpoint files unchanged since they were computed)")
+        if audit.errors:
+            raise StageFailed("audit", "; ".join(f"{f.code}: {f.message}" for f in audit.errors))
+        vllm_args = [*plan.vllm_args, *extra]
+        record.meta.vllm_args = vllm_args
+        refusal = plan.refusal()
+        if refusal is not None:
+            raise PlanRefused(*refusal)
+    return ServePlan(audit=audit, plan=plan, vllm_args=vllm_args, cached=st.cached)
+
+
+# --- 3. build ---------------------------------------------------------------------------------------
+
+
+def build_stage(record: RunRecord, backend: Backend) -> Prepared:
+    """What the backend needs before a server can start: the serving image (vLLM base + xgrammar
+    patch, cached by its Dockerfile's hash), or nothing for a process host."""
+    with stage(record, "build") as st:
+        prepared = build_task(backend)
+        record.meta.image, record.meta.image_digest = prepared.image, prepared.image_digest
+        st.cached, st.note = prepared.cached, prepared.note
+        if prepared.skipped:
+            st.status = "skipped"
+    return prepared
+
+
+# --- 4+5. serve and health-wait ---------------------------------------------------------------------
+
+
+def serve_stage(record: RunRecord, backend: Backend, spec: ServeSpec, key: SecretStr, prepared: Prepared,
+                timeout_s: float) -> ColdLoad:
+    """Start the server and wait until it answers; a failed cold load is classified and retried only
+    when it can succeed (``roost.serve.policy``). Records one start attempt per try and what vLLM
+    logged against what the plan predicted."""
+
+    def start(s: ServeSpec) -> Server:
+        with stage(record, "serve"):
+            server: Server = serve_task(backend, s, key, prepared)
+            return server
+
+    def wait(server: Server) -> Readiness:
+        with stage(record, "health-wait"):
+            ready: Readiness = health_wait_task(server, key, timeout_s)
+            return ready
+
+    try:
+        loaded = cold_load(start, wait, spec, log=get_run_logger().warning)
+    except ColdLoadFailed as exc:
+        record.serve.attempts = list(exc.attempts)
+        record.failure_class, record.remediation, record.failure_message = exc.failure_class, exc.remediation, exc.message
+        raise
+    try:
+        _observe(record, loaded, key)
+    except BaseException:  # a healthy server whose bookkeeping failed is never left running
+        loaded.server.stop()
+        raise
+    return loaded
+
+
+def _observe(record: RunRecord, loaded: ColdLoad, key: SecretStr) -> None:
+    """Record what the healthy server's start showed against what the plan predicted."""
+    # what an earlier attempt failed with no longer describes the run (the attempts keep it)
+    record.status, record.failed_stage, record.failure_message = "completed", "", ""
+    record.failure_class, record.remediation = "", ""
+    record.meta.vllm_args = list(loaded.spec.vllm_args)
+    obs = record.serve
+    obs.attempts = list(loaded.attempts)
+    obs.logged_kv_cache_tokens = loaded.facts.kv_cache_tokens
+    obs.logged_max_concurrency = loaded.facts.max_concurrency
+    obs.logged_block_size = loaded.facts.attention_block_size
+    obs.start_to_healthy_s = loaded.readiness.completion_ok_s
+    obs.health_detect_delay_s = loaded.readiness.detect_delay_s
+    obs.load_s, obs.compile_s, obs.ready_s = loaded.phases.load_s, loaded.phases.compile_s, loaded.phases.ready_s
+    record.meta.vllm_version = server_version(loaded.server.base_url, key)
+
+
+def server_version(base_url: str, key: SecretStr) -> str:
+    """vLLM's version as the server reports it (``/version``); "" when it does not say."""
+
+    async def ask() -> str:
+        async with VllmClient(base_url, api_key=key.get_secret_value() or None) as client:
+            return await client.version()
+
+    return run_sync(ask)
+
+
+# --- 6. benchmark -----------------------------------------------------------------------------------
+
+
+def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: SecretStr,
+                    served_model_name: str | None = None) -> None:
+    """Benchmark the server into ``record.points`` and store one row per request; a sweep cut short
+    by a dead server keeps (and stores) every row it measured before failing the stage."""
+    settings = {**({"max_num_seqs": prof.max_num_seqs} if prof.max_num_seqs else {}), **prof.bench}
+    with stage(record, "benchmark"):
+        try:
+            bench = benchmark_task(base_url, served_model_name or prof.served_model_name, settings, key)
+        except BenchFailed as exc:
+            record.points = exc.result.points
+            append_requests(record.meta, exc.result.request_rows())
+            raise
+        record.points = bench.points
+        append_requests(record.meta, bench.request_rows())
+
+
+# --- 7. report --------------------------------------------------------------------------------------
+
+
+def report_stage(record: RunRecord, notify: bool, prof: ModelProfile | None = None) -> None:
+    """Store the run, compare it with its baseline (as the profile's ``regress`` says), write the
+    report and its artifacts; then the Slack message (failed runs too)."""
+    with stage(record, "report"):
+        report = report_task(record, regress_config=prof.regress_config() if prof is not None else None)
+        record.report_path = str(report.markdown or "")
+    if notify:
+        notify_task(record, report)
+
+
+def finish(record: RunRecord, flow_name: str, failure: RoostError | None = None) -> dict[str, Any]:
+    """Fail the flow run when the run failed (with ``failure`` itself when given, so a user's mistake
+    keeps its exit code); else log where the report is and return the record as JSON."""
+    if record.status == "failed":
+        if failure is not None:
+            raise failure
+        raise StageFailed(record.failed_stage or flow_name, record.failure_message)
+    get_run_logger().info("report: %s", record.report_path)
+    return record.model_dump(mode="json")
+
+
+def fail_unexpected(record: RunRecord, exc: BaseException) -> None:
+    """Record a failure that is not roost's own (a crash, a cancellation) as a failed run, so it is
+    reported and stored like any other."""
+    if record.status != "failed":
+        record.status, record.failed_stage = "failed", record.failed_stage or "setup"
+        record.failure_message = str(exc) or type(exc).__name__
+        record.failure_class = record.failure_class or "internal_error"

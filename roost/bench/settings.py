@@ -1,0 +1,159 @@
+"""What a benchmark run measures (:class:`BenchSettings`) and what comes out of it (:class:`BenchResult`).
+
+The run itself is ``roost/bench/sweep.py``; the recipes' sweeps are the defaults here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from roost.bench import metrics as M
+from roost.catalogue import Knee
+from roost.errors import StageFailed, UserError
+from roost.records import BenchPoint
+from roost.vllm.client import RequestBudget
+from roost.vllm.stream import RequestRecord
+
+WINDOW_MAX = 0
+"""In ``prompt_lengths``: the largest prompt the served window admits."""
+
+RECIPE_PROMPT_LENGTHS = [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX]
+"""The single-stream sweep of the Ornith 1.0 recipes (0.5K to 250K-token prompts, then the window)."""
+RECIPE_CONCURRENCY = [1, 16, 20, 24]
+"""The concurrency levels the Ornith 1.5 recipe sweeps (around its --max-num-seqs 20)."""
+
+Progress = Callable[[str, float], None]
+
+
+class BenchSettings(BaseModel):
+    """What to measure and how patiently. Defaults reproduce the recipes' sweeps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_lengths: list[int] = Field(
+        default_factory=lambda: list(RECIPE_PROMPT_LENGTHS),
+        description="Single-stream sweep, in prompt tokens (chat template included); 0 = the largest the window admits. Empty: no sweep.",
+    )
+    output_tokens: int = Field(default=256, ge=2, description="max_tokens of every measured request (ignore_eos).")
+    concurrency: list[int] = Field(
+        default_factory=lambda: list(RECIPE_CONCURRENCY), description="Concurrency sweep levels. Empty: no sweep."
+    )
+    max_num_seqs: int | None = Field(default=None, ge=1, description="The server's --max-num-seqs; added as a level.")
+    concurrency_prompt_tokens: int = Field(default=512, ge=1, description="Prompt length in the concurrency sweep.")
+    requests_per_user: int = Field(default=1, ge=1, description="Back-to-back requests per user in a concurrency step.")
+    repeats: int = Field(default=3, ge=1, description="Steps per point (median, min, max over them).")
+    warmup: int = Field(default=2, ge=0, description="Unmeasured requests sent first.")
+    warmup_prompt_tokens: int | None = Field(default=None, ge=1, description="Default: the smallest measured prompt.")
+    thinking: bool = Field(default=False, description="chat_template_kwargs.enable_thinking.")
+    temperature: float = Field(default=0.0, ge=0.0)
+    ignore_eos: bool = True
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request body.")
+    max_model_len: int | None = Field(default=None, ge=1, description="The served window; default: ask the server.")
+    window_margin: int = Field(default=0, ge=0, description="Tokens kept free below the window for WINDOW_MAX.")
+    ttft_timeout_base_s: float = Field(default=60.0, gt=0)
+    min_prefill_tok_s: float = Field(default=100.0, gt=0, description="Slowest prefill tolerated before a time-out.")
+    min_decode_tok_s: float = Field(default=1.0, gt=0, description="Slowest per-request decode tolerated.")
+    stall_timeout_s: float = Field(default=120.0, gt=0, description="Longest silence mid-stream.")
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    metrics_poll_s: float = Field(default=2.0, ge=0, description="Gauge polling period during a step; 0 = off.")
+    seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_knee_tolerance(cls, data: Any) -> Any:
+        """``knee_tolerance`` (roost 0.1) is gone: the knee has one definition (``roost.catalogue``).
+        Saved profiles that still carry it keep loading."""
+        if isinstance(data, dict) and "knee_tolerance" in data:
+            data = {k: v for k, v in data.items() if k != "knee_tolerance"}
+        return data
+
+    @field_validator("prompt_lengths")
+    @classmethod
+    def _lengths(cls, v: list[int]) -> list[int]:
+        if any(x < 0 for x in v):
+            raise ValueError("prompt lengths must be positive token counts (0 = the largest the window admits)")
+        return v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v):
+            raise ValueError("concurrency levels must be >= 1")
+        return v
+
+    def levels(self) -> list[int]:
+        """Concurrency levels, ascending, ``max_num_seqs`` included."""
+        out = set(self.concurrency)
+        if self.max_num_seqs and self.concurrency:
+            out.add(self.max_num_seqs)
+        return sorted(out)
+
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        return {"enable_thinking": self.thinking}
+
+    def budget(self, prompt_tokens: int, concurrency: int) -> RequestBudget:
+        """Per-request time budget, scaled to the prompt and to the users sharing the server."""
+        first = self.ttft_timeout_base_s + concurrency * prompt_tokens / self.min_prefill_tok_s
+        per_user = self.requests_per_user if concurrency > 1 else 1
+        return RequestBudget(first_token_s=first * per_user, total_s=(first + self.output_tokens / self.min_decode_tok_s) * per_user)
+
+
+def make_settings(**values: Any) -> BenchSettings:
+    """:class:`BenchSettings` from user input; a bad value is a UserError naming the field."""
+    try:
+        return BenchSettings(**{k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "settings"
+        raise UserError(f"benchmark setting {field}: {err['msg']}") from None
+
+
+class BenchResult(BaseModel):
+    """A benchmark run: points, every request, the knee, and what failed."""
+
+    base_url: str
+    model: str
+    settings: BenchSettings
+    status: Literal["completed", "failed"] = "completed"
+    errors: list[str] = Field(default_factory=list, description="Run-level failures (a dead server, a rejected key...).")
+    notes: list[str] = Field(default_factory=list, description="Clipped lengths, inexact prompts, a missing /tokenize...")
+    max_model_len: int | None = None
+    points: list[BenchPoint] = Field(default_factory=list)
+    requests: list[RequestRecord] = Field(default_factory=list)
+    knee: Knee | None = None
+    started_at: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    def request_rows(self) -> list[dict[str, Any]]:
+        """One flat row per request, with its metrics (times in seconds, relative to its send)."""
+        rows = []
+        for r in self.requests:
+            row = r.model_dump(exclude={"token_times", "t_sent", "t_first", "t_last", "t_end"})
+            row.update(
+                t_first_s=None if r.t_first is None else r.t_first - r.t_sent,
+                t_last_s=None if r.t_last is None else r.t_last - r.t_sent,
+                t_end_s=None if r.t_end is None else r.t_end - r.t_sent,
+                ttft_s=M.ttft(r),
+                tpot_s=M.tpot(r),
+                e2el_s=M.e2el(r),
+                decode_tok_s=M.decode_tok_s(r),
+                token_chunks=len(r.token_times),
+                itl_s_max=max(M.itl(r), default=None),
+            )
+            rows.append(row)
+        return rows
+
+
+class BenchFailed(StageFailed):
+    """The benchmark stopped on a dead server; ``result`` holds every row measured before."""
+
+    def __init__(self, result: BenchResult) -> None:
+        super().__init__("benchmark", "; ".join(result.errors) or "failed")
+        self.result = result

@@ -1,0 +1,224 @@
+# ruff: noqa: RUF001, RUF002  (typographic characters in user-facing text are deliberate)
+"""Every number roost reports, defined once: its name, label, unit, which way is better, and formula.
+
+The report, the Prefect artifacts, the Slack message, the CLI summaries and the regression check
+all read these definitions; none of them names or formats a metric on its own. The formulas are
+computed in ``roost/bench/metrics.py`` (per request and per step, from what the client recorded)
+and ``roost/headline.py`` (per run).
+
+Per request (a streamed chat completion; names follow ``vllm bench serve``)
+--------------------------------------------------------------------------
+=================  ==========================================================================
+``ttft_s``         time to first token: request sent -> first token chunk.
+``tpot_s``         time per output token after the first: ``(t_last - t_first) / (completion_tokens - 1)``.
+``itl_s``          inter-token latency: every gap between consecutive token chunks (a chunk carrying
+                   several tokens, as with speculative decoding, is one gap).
+``e2el_s``         end-to-end latency: request sent -> last token chunk.
+``decode_tok_s``   per-request (per-user) decode rate, ``1 / tpot_s``: what the recipes publish.
+=================  ==========================================================================
+
+Per step (the requests sent together at one point, one value per repeat)
+-----------------------------------------------------------------------
+=================  ==========================================================================
+``output_tok_s``   aggregate output tok/s: completion tokens of the completed requests / wall time
+                   of the step (first send -> last completion).
+``request_rate``   completed requests / wall time of the step.
+=================  ==========================================================================
+
+Per run
+-------
+======================== ======================================================================
+``decode_tok_s@prompt=N`` the median decode rate of the prompt-length point of N tokens; the
+                         headline uses the point nearest ``REFERENCE_PROMPT_TOKENS`` (2,048, the
+                         recipes' headline prompt; ties go to the shorter prompt).
+``ttft_s@prompt=N``      the median TTFT of that point.
+``output_tok_s@concurrency=C`` the median aggregate output rate at C concurrent users.
+``peak_output_tok_s``    the highest aggregate output rate over the concurrency sweep.
+``knee_concurrency``     **the knee**: the lowest concurrency whose aggregate output rate reaches
+                         ``KNEE_FRACTION`` (90 %) of the peak; more users than that buy less than
+                         10 % more throughput.
+``decode_ceiling_tok_s`` the roofline: host memory bandwidth / weight bytes one decode step reads.
+``decode_pct_of_ceiling`` the headline decode rate as a percentage of the ceiling.
+``kv_cache_tokens``      vLLM's logged "KV cache size: N tokens".
+``max_concurrency``      vLLM's logged "Maximum concurrency for L tokens per request: Xx".
+``start_to_healthy_s``   server start -> the first completion answered (cold start).
+``error_requests``       benchmark requests that failed.
+======================== ======================================================================
+
+Percentiles interpolate linearly between closest ranks (``numpy.percentile``'s default, which
+``vllm bench serve`` uses); the median is p50. Only completed requests enter the distributions;
+failed ones are counted in ``errors``.
+
+Where other tools name or define things differently
+----------------------------------------------------
+=====================  ===========================  ======================================
+roost / vLLM           aiperf                       guidellm
+=====================  ===========================  ======================================
+``ttft``               ``time_to_first_token``      ``time_to_first_token_ms``
+``tpot``               ``inter_token_latency``      ``inter_token_latency_ms`` (guidellm's
+                       (aiperf's ITL is this         ``time_per_output_token_ms`` is
+                       per-request average)          different: it *includes* the first
+                                                     token, ``e2el / completion_tokens``)
+``itl`` (per gap)      ``inter_chunk_latency``      not kept (only first/last token times)
+``e2el``               ``request_latency``          ``request_latency`` (seconds)
+decode tok/s           ``output_token_throughput_   no name; ``1000 / inter_token_latency_ms``
+                       per_user``
+``output_throughput``  ``output_token_throughput``  ``output_tokens_per_second``
+``request_throughput`` ``request_throughput``       ``requests_per_second``
+=====================  ===========================  ======================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+REFERENCE_PROMPT_TOKENS = 2048
+"""The headline prompt length: the recipes quote decode and TTFT at a 2K-token prompt."""
+
+KNEE_FRACTION = 0.9
+"""The knee is the lowest concurrency reaching this fraction of the peak aggregate output rate."""
+
+
+class Direction(StrEnum):
+    HIGHER = "higher_is_better"
+    LOWER = "lower_is_better"
+
+
+class Metric(BaseModel):
+    """One metric: what it is called, its unit, which way is better, and what it measures."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="Stable key: column names, comparison keys, JSON keys.")
+    label: str = Field(description="What people read: report rows, Slack, the CLI.")
+    unit: str
+    direction: Direction | None = Field(description="None: reported, never judged better or worse.")
+    definition: str
+    abs_floor: float = Field(default=0.0, description="Smallest absolute move that can count as a change.")
+
+    def at_prompt(self, prompt_tokens: int) -> Metric:
+        """This metric at one prompt-length point: ``decode_tok_s@prompt=2048``."""
+        return self.model_copy(update={
+            "name": f"{self.name}@prompt={prompt_tokens}",
+            "label": f"{self.label} @ {prompt_tokens:,}-token prompt",
+            "definition": f"{self.definition} (median, {prompt_tokens:,}-token prompt, one user)",
+        })
+
+    def at_concurrency(self, concurrency: int) -> Metric:
+        """This metric at one concurrency level: ``output_tok_s@concurrency=16``."""
+        return self.model_copy(update={
+            "name": f"{self.name}@concurrency={concurrency}",
+            "label": f"{self.label} @ {concurrency} concurrent",
+            "definition": f"{self.definition} (median over repeats, {concurrency} concurrent users)",
+        })
+
+    def format(self, value: float | None) -> str:
+        """``value`` in this metric's unit, as every output prints it."""
+        return fmt_value(value, self.unit)
+
+
+H, L = Direction.HIGHER, Direction.LOWER
+
+TTFT = Metric(name="ttft_s", label="TTFT", unit="s", direction=L,
+              definition="request sent -> first token chunk")
+TPOT = Metric(name="tpot_s", label="TPOT", unit="s", direction=L,
+              definition="(t_last - t_first) / (completion_tokens - 1): time per output token after the first")
+ITL = Metric(name="itl_s", label="ITL", unit="s", direction=L,
+             definition="gap between consecutive token chunks of a request")
+E2EL = Metric(name="e2el_s", label="end-to-end latency", unit="s", direction=L,
+              definition="request sent -> last token chunk")
+DECODE = Metric(name="decode_tok_s", label="decode tok/s", unit="tok/s", direction=H,
+                definition="(completion_tokens - 1) / (t_last - t_first) = 1 / TPOT: per-user decode rate")
+OUTPUT_THROUGHPUT = Metric(name="output_tok_s", label="aggregate output tok/s", unit="tok/s", direction=H,
+                           definition="completion tokens of a step's completed requests / wall time of the step")
+REQUEST_RATE = Metric(name="request_rate", label="requests/s", unit="req/s", direction=H,
+                      definition="completed requests of a step / wall time of the step")
+PEAK_OUTPUT = Metric(name="peak_output_tok_s", label="peak aggregate output tok/s", unit="tok/s", direction=H,
+                     definition="the highest aggregate output rate over the concurrency sweep")
+KNEE = Metric(name="knee_concurrency", label=f"knee (≥{KNEE_FRACTION:.0%} of peak)", unit="concurrent",
+              direction=None,
+              definition=f"the lowest concurrency whose aggregate output rate reaches {KNEE_FRACTION:.0%} of the peak")
+DECODE_CEILING = Metric(name="decode_ceiling_tok_s", label="roofline decode ceiling", unit="tok/s", direction=None,
+                        definition="host memory bandwidth / weight bytes one decode step reads")
+DECODE_PCT_OF_CEILING = Metric(name="decode_pct_of_ceiling", label="decode % of roofline ceiling", unit="%",
+                               direction=None, definition="headline decode rate / roofline ceiling x 100")
+KV_CACHE_TOKENS = Metric(name="kv_cache_tokens", label="KV cache (vLLM log)", unit="tokens", direction=None,
+                         definition="vLLM's logged 'KV cache size: N tokens'")
+MAX_CONCURRENCY = Metric(name="max_concurrency", label="max concurrency (vLLM log)", unit="x", direction=None,
+                         definition="vLLM's logged full-length requests the KV cache holds at once")
+START_TO_HEALTHY = Metric(name="start_to_healthy_s", label="cold start to /health", unit="s", direction=L,
+                          definition="server start -> the first completion answered")
+ERROR_REQUESTS = Metric(name="error_requests", label="failed benchmark requests", unit="requests", direction=L,
+                        definition="benchmark requests that failed (HTTP error, cut stream, time-out)",
+                        abs_floor=0.5)
+
+PER_REQUEST: tuple[Metric, ...] = (TTFT, TPOT, ITL, E2EL, DECODE)
+PER_STEP: tuple[Metric, ...] = (OUTPUT_THROUGHPUT, REQUEST_RATE)
+CATALOGUE: dict[str, Metric] = {m.name: m for m in (
+    *PER_REQUEST, *PER_STEP, PEAK_OUTPUT, KNEE, DECODE_CEILING, DECODE_PCT_OF_CEILING, KV_CACHE_TOKENS,
+    MAX_CONCURRENCY, START_TO_HEALTHY, ERROR_REQUESTS)}
+
+
+# --- the knee ---------------------------------------------------------------------------------------
+
+
+class Knee(BaseModel):
+    """Where adding users stops adding throughput (see ``knee_concurrency`` above)."""
+
+    concurrency: int = Field(description="The lowest level reaching KNEE_FRACTION of the peak aggregate tok/s.")
+    output_tok_s: float
+    peak_concurrency: int
+    peak_output_tok_s: float
+    tolerance: float = Field(default=1 - KNEE_FRACTION, description="1 - KNEE_FRACTION: how far below the peak counts.")
+    saturated: bool = Field(description="A higher level was measured and added little (else: not reached yet).")
+
+
+def find_knee(levels: Sequence[tuple[int, float | None]]) -> Knee | None:
+    """The knee of (concurrency, aggregate output tok/s) pairs; None without a usable rate.
+
+    The peak is the highest rate (the lower concurrency on a tie). ``saturated`` says whether a
+    level above the knee was measured: when the knee is the highest level, throughput may still grow.
+    """
+    pts = sorted((c, t) for c, t in levels if t is not None and math.isfinite(t) and t > 0)
+    if not pts:
+        return None
+    peak_c, peak_t = max(pts, key=lambda p: (p[1], -p[0]))
+    knee_c, knee_t = next((c, t) for c, t in pts if t >= KNEE_FRACTION * peak_t)
+    return Knee(concurrency=knee_c, output_tok_s=knee_t, peak_concurrency=peak_c, peak_output_tok_s=peak_t,
+                saturated=knee_c < pts[-1][0])
+
+
+# --- formatting -------------------------------------------------------------------------------------
+
+
+def fmt_value(value: float | None, unit: str = "") -> str:
+    """A number as every output prints it: ``12.6 tok/s``, ``0.54 s``, ``390,070 tokens``, ``1.49x``."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    if unit in ("tokens", "requests", "concurrent", "") and float(value).is_integer():
+        text = f"{int(value):,}"
+    elif abs(value) >= 1000:
+        text = f"{value:,.0f}"
+    elif abs(value) >= 10:
+        text = f"{value:.1f}"
+    elif abs(value) >= 1:
+        text = f"{value:.2f}"
+    else:
+        text = f"{value:.3g}"
+    if unit == "%":
+        return f"{text}%"
+    if unit == "x":
+        return f"{text}x"
+    return f"{text} {unit}".strip()
+
+
+def fmt_change(change_pct: float | None) -> str:
+    """A relative change with its sign: ``+4.1%``, ``−12.7%``."""
+    if change_pct is None or not math.isfinite(change_pct):
+        return "n/a"
+    sign = "+" if change_pct >= 0 else "−"
+    return f"{sign}{abs(change_pct):.1f}%"

@@ -1,0 +1,243 @@
+"""What lives in a download directory besides the repository's files, and what to do with each file.
+
+    <local_dir>/<path in the repo>                     the files, where vLLM reads them
+    <local_dir>/.roost/download.json                   the manifest (:class:`Manifest`)
+    <local_dir>/.roost/partial/<expected digest>.part  an interrupted transfer, resumed from its end
+
+The manifest names the commit the directory holds, the Hub's listing at that commit, and for each
+verified file its expected digest and **fingerprint** ``(size, mtime_ns, inode)``: a file whose
+fingerprint is unchanged since roost verified it is never hashed again. :func:`plan_local_files`
+sorts the selected files into cached (verified, unchanged), to hash in place (on disk, right size,
+not known to be verified), to fetch, and mismatches (verified once, since changed in size).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from roost.hub.integrity import FileDigest, HubFile, Mismatch, hash_file
+
+log = logging.getLogger(__name__)
+
+MANIFEST_VERSION = 1
+
+
+def state_dir(local_dir: Path) -> Path:
+    """roost's own bookkeeping inside a download directory (manifest, partial transfers)."""
+    return local_dir / ".roost"
+
+
+def manifest_path(local_dir: Path) -> Path:
+    return state_dir(local_dir) / "download.json"
+
+
+def partial_dir(local_dir: Path) -> Path:
+    """Where interrupted transfers wait to be resumed (removed once empty)."""
+    return state_dir(local_dir) / "partial"
+
+
+def partial_path(local_dir: Path, f: HubFile) -> Path:
+    """The partial file of ``f``, named by its expected digest (so another commit's file never resumes it)."""
+    return partial_dir(local_dir) / (f.expected_digest.replace(":", "-") + ".part")
+
+
+def partial_size(local_dir: Path, f: HubFile) -> int:
+    """Bytes of ``f`` already fetched by an interrupted transfer (at most its size)."""
+    try:
+        return min(partial_path(local_dir, f).stat().st_size, f.size)
+    except FileNotFoundError:
+        return 0
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the filesystem that holds ``path`` (or its nearest existing parent)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return shutil.disk_usage(candidate).free
+    return shutil.disk_usage("/").free  # pragma: no cover
+
+
+# ------------------------------------------------------------------------------------ fingerprints
+
+
+class Fingerprint(BaseModel):
+    """What must not change for a verified file to stay verified without hashing it again."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> Fingerprint:
+        st = path.stat()
+        return cls(size=st.st_size, mtime_ns=st.st_mtime_ns, inode=st.st_ino)
+
+    @classmethod
+    def maybe(cls, path: Path) -> Fingerprint | None:
+        try:
+            return cls.of(path)
+        except FileNotFoundError:
+            return None
+
+
+def hash_in_place(
+    local_dir: Path, f: HubFile, on_bytes: Callable[[int], None]
+) -> tuple[FileDigest, Fingerprint]:
+    """Hash ``local_dir/f.path`` as ``f`` must be checked (git blob id unless LFS), with its fingerprint."""
+    path = local_dir / f.path
+    fp = Fingerprint.of(path)  # before reading: a change while hashing shows up next run
+    digest = hash_file(path, git_blob=not f.lfs, on_bytes=on_bytes)
+    return digest, fp
+
+
+# --------------------------------------------------------------------------------------- manifest
+
+
+class VerifiedEntry(BaseModel):
+    """One file as roost last verified it."""
+
+    expected: str = Field(description="HubFile.expected_digest at verification time.")
+    sha256: str
+    git_oid: str | None = None
+    fingerprint: Fingerprint
+    verified_at: dt.datetime
+
+
+class Manifest(BaseModel):
+    """``<local_dir>/.roost/download.json``: which commit the directory holds and what was verified."""
+
+    version: int = MANIFEST_VERSION
+    repo_id: str
+    commit: str
+    listing: list[HubFile] = Field(default_factory=list, description="Every file the Hub lists at `commit`.")
+    verified: dict[str, VerifiedEntry] = Field(default_factory=dict)
+
+    def unchanged(self, local_dir: Path, files: Iterable[HubFile]) -> bool:
+        """Each of ``files`` is verified for its expected digest and its fingerprint is unchanged."""
+        for f in files:
+            entry = self.verified.get(f.path)
+            if entry is None or entry.expected != f.expected_digest:
+                return False
+            if Fingerprint.maybe(local_dir / f.path) != entry.fingerprint:
+                return False
+        return True
+
+
+def load_manifest(local_dir: Path) -> Manifest | None:
+    """The manifest, or None when absent or unreadable (an unreadable one only costs a re-hash)."""
+    path = manifest_path(local_dir)
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (ValidationError, ValueError, OSError) as exc:
+        log.warning(
+            "ignoring unreadable download manifest %s (%s); files will be re-hashed", path, type(exc).__name__
+        )
+        return None
+
+
+def write_manifest(local_dir: Path, manifest: Manifest) -> None:
+    """Write the manifest atomically (temp file in the same directory, fsync, rename)."""
+    path = manifest_path(local_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".download.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(manifest.model_dump_json(indent=1))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ManifestWriter:
+    """Keeps the manifest current as files verify; writes it atomically, at most every few seconds."""
+
+    def __init__(self, local_dir: Path, manifest: Manifest, every_s: float = 2.0) -> None:
+        self.local_dir = local_dir
+        self.manifest = manifest
+        self.every_s = every_s
+        self._last = 0.0
+        self._dirty = False
+
+    def record(self, f: HubFile, digest: FileDigest, fp: Fingerprint) -> None:
+        self.manifest.verified[f.path] = VerifiedEntry(
+            expected=f.expected_digest,
+            sha256=digest.sha256,
+            git_oid=digest.git_sha1,
+            fingerprint=fp,
+            verified_at=dt.datetime.now(dt.UTC),
+        )
+        self._dirty = True
+        if time.monotonic() - self._last >= self.every_s:
+            self.flush()
+
+    def forget(self, path: str) -> None:
+        if self.manifest.verified.pop(path, None) is not None:
+            self._dirty = True
+
+    def flush(self) -> None:
+        if self._dirty:
+            write_manifest(self.local_dir, self.manifest)
+            self._dirty = False
+        self._last = time.monotonic()
+
+
+# ------------------------------------------------------------------------------------------- plan
+
+
+@dataclass
+class LocalPlan:
+    """The selected files sorted by what the directory already holds of them."""
+
+    cached: list[HubFile] = field(default_factory=list)
+    to_hash: list[HubFile] = field(default_factory=list)
+    to_fetch: list[HubFile] = field(default_factory=list)
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+
+def changed_after_verified(entry: VerifiedEntry) -> str:
+    """The note a mismatch carries when roost had verified the file before."""
+    return f"changed on disk after roost verified it at {entry.verified_at:%Y-%m-%d %H:%M:%S}Z"
+
+
+def plan_local_files(
+    local_dir: Path, listing: Sequence[HubFile], verified: dict[str, VerifiedEntry]
+) -> LocalPlan:
+    """Sort ``listing`` by what ``local_dir`` holds: cached, to hash in place, to fetch, or changed size."""
+    plan = LocalPlan()
+    for f in listing:
+        fp = Fingerprint.maybe(local_dir / f.path)
+        entry = verified.get(f.path)
+        same_content = entry is not None and entry.expected == f.expected_digest
+        if fp is not None and same_content and entry is not None and entry.fingerprint == fp:
+            plan.cached.append(f)
+        elif fp is not None and fp.size == f.size:
+            plan.to_hash.append(f)
+        elif fp is not None and same_content and entry is not None:
+            plan.mismatches.append(
+                Mismatch(
+                    path=f.path,
+                    field="size",
+                    expected=f"{f.size} bytes",
+                    found=f"{fp.size} bytes",
+                    note=changed_after_verified(entry),
+                )
+            )
+        else:
+            plan.to_fetch.append(f)
+    return plan

@@ -1,0 +1,216 @@
+# ruff: noqa: RUF002  (typographic characters in user-facing text are deliberate)
+"""Slack messages about a run: when to send one and what it says. Pure: no network, no secrets.
+
+Three kinds of message:
+
+- ``regression``: at least one metric regressed against the baseline; lists each before -> after
+  and mentions the configured people.
+- ``failure``: the run failed; names the stage, the failure class and its remediation.
+- ``run``: a routine report of the headline numbers (sent only with ``notify_on`` ``every_run``).
+
+The payload is Slack Block Kit (``blocks``) plus a plain ``text`` fallback for notifications.
+Sending lives in ``tasks/notify.py``; the outcome of a send is a ``NotifyResult``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from roost.catalogue import fmt_change, fmt_value
+from roost.headline import headline, headline_rows
+from roost.records import RunRecord, utcnow
+from roost.regress import MetricComparison, RegressionReport
+
+NotifyKind = Literal["regression", "failure", "run"]
+NotifyOn = Literal["regression", "failure", "every_run"]
+
+MAX_LISTED = 10
+"""Regressed/improved metrics listed in one message; the rest are counted."""
+
+
+class NotifyResult(BaseModel):
+    """What happened to a run's notification. Stored in the results; never holds a secret."""
+
+    status: Literal["sent", "skipped", "failed"]
+    kind: NotifyKind | None = None
+    transport: Literal["bot", "webhook"] | None = None
+    channel: str = ""
+    message_ts: str = ""
+    file_id: str = ""
+    retries: int = Field(default=0, description="Retries slack-sdk made (429 / connection / 5xx).")
+    detail: str = Field(default="", description="Why it was skipped or what failed (secrets redacted).")
+    attempted_at: dt.datetime = Field(default_factory=utcnow)
+
+
+class SlackMessage(BaseModel):
+    """A ``chat.postMessage`` / incoming-webhook payload."""
+
+    text: str
+    blocks: list[dict[str, Any]]
+
+
+def message_kind(record: RunRecord, comparison: RegressionReport | None) -> NotifyKind:
+    """What kind of message this run calls for."""
+    if record.status != "completed":
+        return "failure"
+    if comparison is not None and comparison.has_regressions:
+        return "regression"
+    return "run"
+
+
+def should_notify(kind: NotifyKind, notify_on: Iterable[str]) -> bool:
+    """``every_run`` sends every kind; otherwise only the kinds listed."""
+    wanted = set(notify_on)
+    return "every_run" in wanted or kind in wanted
+
+
+def escape(text: str) -> str:
+    """Escape the three characters Slack's mrkdwn treats as control characters."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def format_mention(who: str) -> str:
+    """``U123``/``W123`` -> ``<@U123>``, ``here``/``channel`` -> ``<!here>``, ``S123`` -> a user group."""
+    w = who.strip()
+    if not w or w.startswith("<"):
+        return w
+    bare = w.lstrip("@!")
+    if bare in ("here", "channel", "everyone"):
+        return f"<!{bare}>"
+    if bare.startswith("subteam^"):
+        return f"<!{bare}>"
+    if bare[:1] == "S" and bare[1:].isalnum() and bare.isupper():
+        return f"<!subteam^{bare}>"
+    if bare[:1] in ("U", "W") and bare.isalnum() and bare.isupper():
+        return f"<@{bare}>"
+    return f"@{escape(bare)}"
+
+
+def _section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+
+
+def _who(record: RunRecord) -> str:
+    return f"{record.meta.profile} on {record.meta.host}"
+
+
+def headline_fields(record: RunRecord) -> list[tuple[str, str]]:
+    """(label, value) pairs of the headline numbers a message shows: the rows every output shows
+    (``roost.headline.headline_rows``) that have a value; failed requests only when some failed."""
+    return [(r.label[:1].upper() + r.label[1:], r.text) for r in headline_rows(record)
+            if r.value is not None and not (r.metric.name == "error_requests" and not r.value)]
+
+
+def change_line(c: MetricComparison) -> str:
+    """``• decode tok/s @ 2,048-token prompt: 12.6 → 11.0 tok/s (−12.7%)``."""
+    before = fmt_value(c.baseline, c.metric.unit)
+    after = fmt_value(c.current, c.metric.unit)
+    return f"• {escape(c.metric.label)}: {before} → {after} ({fmt_change(c.change_pct)})"
+
+
+def ranked(record: RunRecord, items: list[MetricComparison]) -> list[MetricComparison]:
+    """Headline metrics first (decode and TTFT at the reference prompt, peak output), then the largest moves."""
+    ref = headline(record).reference_prompt_tokens
+    first = [f"decode_tok_s@prompt={ref}", f"ttft_s@prompt={ref}", "peak_output_tok_s"]
+
+    def key(c: MetricComparison) -> tuple[int, float]:
+        rank = first.index(c.metric.name) if c.metric.name in first else len(first)
+        return rank, -abs(c.change_pct or 0.0)
+
+    return sorted(items, key=key)
+
+
+def _listing(title: str, items: list[MetricComparison]) -> str:
+    lines = [change_line(c) for c in items[:MAX_LISTED]]
+    if len(items) > MAX_LISTED:
+        lines.append(f"… and {len(items) - MAX_LISTED} more")
+    return f"*{title}*\n" + "\n".join(lines)
+
+
+def build_message(
+    record: RunRecord,
+    comparison: RegressionReport | None,
+    *,
+    run_url: str = "",
+    report_location: str = "",
+    mentions: Iterable[str] = (),
+) -> SlackMessage:
+    """The Block Kit message for a run (failure, regression or routine report)."""
+    kind = message_kind(record, comparison)
+    meta = record.meta
+    who = _who(record)
+    tags = " ".join(m for m in (format_mention(x) for x in mentions) if m) if kind != "run" else ""
+    blocks: list[dict[str, Any]] = []
+    if kind == "failure":
+        title = f"roost run failed: {who}"
+        stage = record.failed_stage or "unknown stage"
+        cls = record.failure_class or "failure"
+        text = f"{title} at {stage} ({cls})"
+    elif kind == "regression":
+        assert comparison is not None
+        title = f"roost regression: {who}"
+        first = ranked(record, comparison.regressions)[0]
+        text = (
+            f"{title}: {first.metric.label} {fmt_value(first.baseline, first.metric.unit)} → "
+            f"{fmt_value(first.current, first.metric.unit)} ({fmt_change(first.change_pct)})"
+        )
+        if len(comparison.regressions) > 1:
+            text += f" and {len(comparison.regressions) - 1} more"
+    else:
+        title = f"roost run: {who}"
+        h = headline(record)
+        text = f"{title}: decode {fmt_value(h.decode_tok_s, 'tok/s')}, peak {fmt_value(h.peak_output_tok_s, 'tok/s')}"
+    if tags:
+        text = f"{tags} {text}"
+    blocks.append({"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}})
+    if tags:
+        blocks.append(_section(tags))
+
+    if kind == "failure":
+        lines = [
+            f"*Stage:* {escape(record.failed_stage or 'unknown')}",
+            f"*Failure class:* `{escape(record.failure_class or 'unknown')}`",
+        ]
+        if record.failure_message:
+            lines.append(f"*What happened:* {escape(record.failure_message)}")
+        if record.remediation:
+            lines.append(f"*Remediation:* {escape(record.remediation)}")
+        blocks.append(_section("\n".join(lines)))
+
+    fields = headline_fields(record)
+    if fields:
+        blocks.append(
+            {
+                "type": "section",
+                "fields": [{"type": "mrkdwn", "text": f"*{escape(k)}*\n{escape(v)}"} for k, v in fields[:10]],
+            }
+        )
+
+    if comparison is not None and kind != "failure":
+        if comparison.regressions:
+            n = len(comparison.baseline_run_ids)
+            title = f"Regressed (vs median of {n} comparable run{'s' if n != 1 else ''})"
+            blocks.append(_section(_listing(title, ranked(record, comparison.regressions))))
+        if comparison.improvements:
+            blocks.append(_section(_listing("Improved", ranked(record, comparison.improvements))))
+        if comparison.first_run:
+            blocks.append(_section("_First run of this configuration: it establishes the baseline._"))
+
+    links = []
+    if run_url:
+        links.append(f"<{run_url}|Prefect flow run>")
+    if report_location:
+        links.append(f"report: `{escape(report_location)}`")
+    if links:
+        blocks.append(_section(" · ".join(links)))
+    context = f"`{escape(meta.repo_id)}` @ `{meta.commit[:12]}` · run `{meta.run_id}`"
+    if meta.vllm_version:
+        context += f" · vLLM {escape(meta.vllm_version)}"
+    if meta.image_digest:
+        context += f" · image `{escape(meta.image_digest[:19])}`"
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]})
+    return SlackMessage(text=text, blocks=blocks)

@@ -1,0 +1,185 @@
+"""The audit report for a host: what ``roost audit --json`` prints and the audit task returns.
+
+A checkpoint audit (:func:`roost.checkpoint.audit.audit_checkpoint`: headers, config, findings) knows
+nothing of hosts. ``audit_report`` adds what serving on one host means: the vLLM arguments the
+checkpoint needs (with the smallest KV pool for a target concurrency at the native window), the
+weights vLLM will load with them, the fit on the host (DOES_NOT_FIT_HOST), the decode ceiling against
+the host's bandwidth, and the KV bytes per token as vLLM will store them. ``audit_for_host`` does both.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from roost.checkpoint.audit import CheckpointAudit, audit_checkpoint
+from roost.checkpoint.config import ModelConfigInfo
+from roost.checkpoint.layout import TENSOR_CLASSES
+from roost.checkpoint.model import ExpertLayout, QuantSummary
+from roost.hosts import HostProfile
+from roost.plan.args import derive_vllm_args, serve_kv_model
+from roost.plan.fit import decode_ceiling_tok_s, fit_check, fit_findings, load_weight_bytes
+from roost.plan.kv import rules_for_host
+from roost.records import Finding
+from roost.units import GB, KiB, format_memory
+
+
+class AuditReport(BaseModel):
+    """Everything the audit established about one checkpoint directory for one host.
+
+    ``config`` (what the plan sizes the KV cache from) rides along for :func:`roost.plan.preflight.plan_checkpoint`;
+    it is not part of the JSON document (``to_json``, ``model_dump``), and pickling keeps it.
+    """
+
+    path: str
+    host: str
+    architecture: str
+    model_type: str
+    served_model_name: str
+    shard_count: int
+    has_index: bool
+    tensor_count: int
+    index_tensor_count: int = Field(description="Entries in the index's weight_map (= tensor_count for a single unindexed file).")
+    visual_tensor_count: int
+    mtp_tensor_count: int
+    tensor_count_by_class: dict[str, int]
+    num_hidden_layers: int
+    full_attention_layers: int
+    linear_attention_layers: int
+    num_experts: int
+    num_experts_per_tok: int
+    expert_layout: ExpertLayout
+    quantization: QuantSummary
+    weight_bytes: int
+    weight_bytes_by_class: dict[str, int]
+    weight_bytes_by_dtype: dict[str, int]
+    decode_bytes_per_token: int = Field(description="Weight bytes one decode step reads (see roost.checkpoint.model.decode_bytes_per_token).")
+    decode_ceiling_tok_s: float = Field(description="host bandwidth / decode_bytes_per_token.")
+    kv_bytes_per_token: int = Field(description="K+V of one token over all full-attention layers as vLLM will store it.")
+    max_model_len: int = Field(description="Native window (max_position_embeddings).")
+    findings: list[Finding]
+    vllm_args: list[str]
+    kv_cache_memory_bytes: int = Field(description="The pool in vllm_args: smallest for the target concurrency.")
+    load_weight_bytes: int = Field(description="Weights vLLM will load with vllm_args (tower/MTP dropped when unused).")
+    audit_seconds: float
+    config: ModelConfigInfo = Field(exclude=True, repr=False)
+
+    @property
+    def errors(self) -> list[Finding]:
+        """The findings with severity ``error`` (any one stops a landing; ``roost audit`` exits 1)."""
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def has_errors(self) -> bool:
+        return bool(self.errors)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.path}: {self.architecture} ({self.model_type}), {self.shard_count} shard(s)",
+            f"  tensors: {self.tensor_count:,} (index {self.index_tensor_count:,}, visual {self.visual_tensor_count:,}, "
+            f"mtp {self.mtp_tensor_count:,})",
+            f"  layers: {self.num_hidden_layers} ({self.full_attention_layers} full attention, "
+            f"{self.linear_attention_layers} linear)"
+            + (f"; MoE {self.num_experts} experts top-{self.num_experts_per_tok} ({self.expert_layout})" if self.num_experts else ""),
+            f"  weights: {format_memory(self.weight_bytes)} ({self.weight_bytes:,} bytes)",
+        ]
+        for cls, b in sorted(self.weight_bytes_by_class.items(), key=lambda kv: -kv[1]):
+            lines.append(f"    {cls:<20} {format_memory(b):>12}")
+        lines += [
+            f"  decode reads {self.decode_bytes_per_token / GB:.2f} GB/token -> ceiling "
+            f"{self.decode_ceiling_tok_s:.1f} tok/s on {self.host}",
+            f"  KV cache: {self.kv_bytes_per_token / KiB:.0f} KiB/token",
+            "  findings:" if self.findings else "  findings: none",
+        ]
+        lines += [f"    [{f.severity}] {f.code}: {f.message}" for f in self.findings]
+        lines.append("  vllm args: " + " ".join(_quote(a) for a in self.vllm_args))
+        return "\n".join(lines)
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(c in arg for c in " {}\"") else arg
+
+
+def audit_report(
+    audit: CheckpointAudit,
+    host: HostProfile,
+    *,
+    served_model_name: str | None = None,
+    max_model_len: int | None = None,
+    target_concurrency: float = 1.0,
+) -> AuditReport:
+    """The report for serving the audited checkpoint on ``host`` (``served_model_name``: the directory's name)."""
+    t0 = time.perf_counter()
+    ck = audit.checkpoint
+    cfg = ck.config
+    rules = rules_for_host(host)
+    args = derive_vllm_args(
+        cfg,
+        rules,
+        visual_tensor_count=ck.visual_tensor_count,
+        mtp_tensor_count=ck.mtp_tensor_count,
+        served_model_name=served_model_name or ck.path.resolve().name,
+        max_model_len=max_model_len,
+        target_concurrency=target_concurrency,
+    )
+    stats = ck.tensors
+    load_bytes = load_weight_bytes(stats.bytes_by_class, args)
+    fit = fit_check(load_bytes, args.kv_cache_memory_bytes, host)
+    return AuditReport(
+        path=str(ck.path),
+        host=host.name,
+        architecture=cfg.architecture,
+        model_type=cfg.model_type,
+        served_model_name=args.served_model_name,
+        shard_count=len(ck.shards_read),
+        has_index=ck.has_index,
+        tensor_count=stats.count,
+        index_tensor_count=ck.index_tensor_count,
+        visual_tensor_count=ck.visual_tensor_count,
+        mtp_tensor_count=ck.mtp_tensor_count,
+        tensor_count_by_class={c: stats.count_by_class[c] for c in TENSOR_CLASSES if stats.count_by_class[c]},
+        num_hidden_layers=cfg.num_hidden_layers,
+        full_attention_layers=cfg.full_attention_layers,
+        linear_attention_layers=cfg.linear_attention_layers,
+        num_experts=cfg.num_experts,
+        num_experts_per_tok=cfg.num_experts_per_tok,
+        expert_layout=ck.expert_layout,
+        quantization=stats.quantization,
+        weight_bytes=ck.weight_bytes,
+        weight_bytes_by_class={c: b for c, b in stats.bytes_by_class.items()},
+        weight_bytes_by_dtype=stats.bytes_by_dtype,
+        decode_bytes_per_token=ck.decode_bytes_per_token,
+        decode_ceiling_tok_s=decode_ceiling_tok_s(ck.decode_bytes_per_token, host),
+        kv_bytes_per_token=serve_kv_model(cfg, rules, mtp_tensor_count=ck.mtp_tensor_count).kv_bytes_per_token,
+        max_model_len=cfg.max_position_embeddings,
+        findings=[*audit.findings, *fit_findings(fit, host)],
+        vllm_args=args.to_argv(),
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        load_weight_bytes=load_bytes,
+        audit_seconds=audit.seconds + time.perf_counter() - t0,
+        config=cfg,
+    )
+
+
+def audit_for_host(
+    path: Path,
+    host: HostProfile,
+    *,
+    served_model_name: str | None = None,
+    max_model_len: int | None = None,
+    target_concurrency: float = 1.0,
+) -> AuditReport:
+    """Audit the checkpoint in directory ``path`` (headers and config only) for serving on ``host``."""
+    return audit_report(
+        audit_checkpoint(path),
+        host,
+        served_model_name=served_model_name,
+        max_model_len=max_model_len,
+        target_concurrency=target_concurrency,
+    )

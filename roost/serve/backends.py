@@ -1,0 +1,15 @@
+"""``backend_for(host)``: the serving backend a host uses (``HostProfile.backend``)."""
+
+from __future__ import annotations
+
+from roost.hosts import HostProfile
+from roost.serve.base import Backend
+from roost.serve.docker.backend import DockerBackend
+from roost.serve.process import ProcessBackend
+
+
+def backend_for(host: HostProfile) -> Backend:
+    """The ``process`` or ``docker`` backend of ``host``."""
+    if host.backend == "process":
+        return ProcessBackend(host)
+    return DockerBackend(host)

@@ -1,0 +1,179 @@
+"""The server's ``/metrics`` (Prometheus text exposition format) and the numbers roost diffs.
+
+A benchmark point scrapes ``/metrics`` before and after its steps (and polls the gauges during
+them); :func:`step_delta` turns two scrapes into ``BenchPoint.metrics_delta``: counter increases
+(speculative-decoding drafts and accepted tokens, prefix-cache queries and hits, preemptions,
+prompt and generated tokens, finished requests), the derived rates, and the peak of the gauges
+seen (KV-cache usage, running and waiting requests). Series are summed over their label sets (one
+server serves one model; per-position acceptance is summed into the total).
+
+These are the server's own account of the point, independent of the client: ``generation_tokens``
+is what vLLM's engine generated (equal to the completion tokens of the point's requests when none
+failed), and ``request_tpot_s_mean`` is vLLM's mean per-request time per output token
+(``vllm:request_time_per_output_token_seconds`` sum / count: ``(last - first token) / (tokens - 1)``
+from the engine's own token times, the formula roost applies to arrival times), comparable with
+the point's ``tpot_s.mean``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from pydantic import BaseModel, Field
+
+
+class Sample(BaseModel):
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    value: float
+
+
+# Counter name in the delta -> exposition names, newest vLLM first (older releases used gpu_*).
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "spec_decode_num_drafts": ("vllm:spec_decode_num_drafts_total",),
+    "spec_decode_num_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_decode_num_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "num_preemptions": ("vllm:num_preemptions_total",),
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "request_success": ("vllm:request_success_total",),
+    # histograms: the sum and count of vLLM's per-request TPOT and decode time (engine token times)
+    "request_tpot_s_sum": ("vllm:request_time_per_output_token_seconds_sum",),
+    "request_tpot_count": ("vllm:request_time_per_output_token_seconds_count",),
+    "request_decode_time_s_sum": ("vllm:request_decode_time_seconds_sum",),
+    "request_decode_count": ("vllm:request_decode_time_seconds_count",),
+}
+
+# Gauge name in the delta (peak during the step) -> exposition names.
+GAUGES: dict[str, tuple[str, ...]] = {
+    "kv_cache_usage_perc": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "num_requests_running": ("vllm:num_requests_running",),
+    "num_requests_waiting": ("vllm:num_requests_waiting",),
+}
+
+
+def _parse_labels(text: str, start: int) -> tuple[dict[str, str], int]:
+    """Parse ``{a="x",b="y"}`` starting at the ``{``; return the labels and the index after ``}``."""
+    labels: dict[str, str] = {}
+    i = start + 1
+    n = len(text)
+    while i < n:
+        while i < n and text[i] in " ,":
+            i += 1
+        if i < n and text[i] == "}":
+            return labels, i + 1
+        eq = text.find("=", i)
+        if eq < 0:
+            raise ValueError("label without '='")
+        key = text[i:eq].strip()
+        i = eq + 1
+        if i >= n or text[i] != '"':
+            raise ValueError("label value not quoted")
+        i += 1
+        buf: list[str] = []
+        while i < n and text[i] != '"':
+            if text[i] == "\\" and i + 1 < n:
+                nxt = text[i + 1]
+                buf.append({"n": "\n", "\\": "\\", '"': '"'}.get(nxt, "\\" + nxt))
+                i += 2
+            else:
+                buf.append(text[i])
+                i += 1
+        labels[key] = "".join(buf)
+        i += 1
+    raise ValueError("unterminated label set")
+
+
+def parse_text(text: str) -> list[Sample]:
+    """Every sample in a Prometheus text exposition. Malformed lines are skipped, not fatal."""
+    samples: list[Sample] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            brace = line.find("{")
+            space = line.find(" ")
+            if brace >= 0 and (space < 0 or brace < space):
+                name = line[:brace]
+                labels, end = _parse_labels(line, brace)
+                rest = line[end:].split()
+            else:
+                name, *rest = line.split()
+                labels = {}
+            if not rest:
+                continue
+            value = float(rest[0])  # float() accepts NaN, +Inf, -Inf
+        except ValueError:
+            continue
+        samples.append(Sample(name=name, labels=labels, value=value))
+    return samples
+
+
+def totals(samples: Iterable[Sample]) -> dict[str, float]:
+    """Sum of each series name over its label sets (NaN samples ignored)."""
+    out: dict[str, float] = {}
+    for s in samples:
+        if math.isnan(s.value):
+            continue
+        out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+def _pick(t: Mapping[str, float], names: tuple[str, ...]) -> float | None:
+    for n in names:
+        if n in t:
+            return t[n]
+    return None
+
+
+def gauges(t: Mapping[str, float]) -> dict[str, float]:
+    """The gauges roost watches, from one scrape's totals."""
+    out: dict[str, float] = {}
+    for key, names in GAUGES.items():
+        v = _pick(t, names)
+        if v is not None:
+            out[key] = v
+    return out
+
+
+def step_delta(
+    before: Mapping[str, float] | None,
+    after: Mapping[str, float] | None,
+    gauge_peaks: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """``BenchPoint.metrics_delta`` from two scrapes' :func:`totals` and the gauge peaks seen.
+
+    Counters present in both scrapes give ``after - before`` (a counter that went down means
+    the server restarted: the delta is then omitted). Derived: ``spec_decode_acceptance_rate``
+    (accepted / draft tokens), ``prefix_cache_hit_rate`` (hits / queries) and
+    ``request_tpot_s_mean`` (vLLM's mean per-request TPOT) when their denominators are non-zero.
+    Gauges give ``<name>_max``.
+    """
+    out: dict[str, float] = {}
+    if before is not None and after is not None:
+        for key, names in COUNTERS.items():
+            b, a = _pick(before, names), _pick(after, names)
+            if a is None or b is None or a < b:
+                continue
+            out[key] = a - b
+        drafts = out.get("spec_decode_num_draft_tokens")
+        if drafts:
+            out["spec_decode_acceptance_rate"] = out.get("spec_decode_num_accepted_tokens", 0.0) / drafts
+        queries = out.get("prefix_cache_queries")
+        if queries:
+            out["prefix_cache_hit_rate"] = out.get("prefix_cache_hits", 0.0) / queries
+        finished = out.get("request_tpot_count")
+        if finished:
+            out["request_tpot_s_mean"] = out.get("request_tpot_s_sum", 0.0) / finished
+    peaks: dict[str, float] = dict(gauge_peaks or {})
+    for snap in (before, after):
+        if snap is not None:
+            for k, v in gauges(snap).items():
+                peaks[k] = max(v, peaks.get(k, v))
+    for k, v in peaks.items():
+        out[f"{k}_max"] = v
+    return out
