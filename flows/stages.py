@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger
-from prefect.context import get_run_context
+from prefect.context import FlowRunContext
 from pydantic import BaseModel, SecretStr
 
 import roost
@@ -67,8 +67,9 @@ def stage(record: RunRecord, name: str) -> Iterator[StageTiming]:
         if record.status != "failed":
             record.status, record.failed_stage = "failed", name
             record.failure_message = str(exc) or type(exc).__name__
-            record.failure_class = getattr(exc, "failure_class", "") or f"{name.replace('-', '_')}_failed"
-            record.remediation = getattr(exc, "remediation", "")
+            known = exc if isinstance(exc, RoostError) else RoostError()
+            record.failure_class = known.failure_class or f"{name.replace('-', '_')}_failed"
+            record.remediation = known.remediation
         raise
     finally:
         timing.seconds = time.perf_counter() - t0
@@ -83,8 +84,8 @@ def api_key() -> SecretStr:
 
 def new_record(prof: ModelProfile, host: HostProfile, revision: str | None = None, **meta: Any) -> RunRecord:
     """An empty record for a run of ``prof`` on ``host``, tied to the current Prefect flow run."""
-    ctx = get_run_context()
-    flow_run = getattr(ctx, "flow_run", None)
+    ctx = FlowRunContext.get()
+    flow_run = ctx.flow_run if ctx is not None else None
     fields: dict[str, Any] = {
         "roost_version": roost.__version__, "profile": prof.name, "repo_id": prof.repo_id,
         "revision": revision or prof.revision, "commit": "", "served_model_name": prof.served_model_name,

@@ -10,9 +10,15 @@ import logging
 
 
 class RoostError(Exception):
-    """Base class: an expected failure with a one-line explanation."""
+    """Base class: an expected failure with a one-line explanation.
+
+    ``failure_class`` and ``remediation`` name a failure roost classified (a cold load vLLM refused,
+    a plan vLLM would refuse): the run record and the Slack message carry them.
+    """
 
     exit_code: int = 1
+    failure_class: str = ""
+    remediation: str = ""
 
 
 class UserError(RoostError):

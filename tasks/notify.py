@@ -21,6 +21,7 @@ from roost.notify import NotifyResult
 from roost.notify.slack import deliver, prefect_run_url
 from roost.records import RunRecord
 from roost.store import append_notification
+from tasks.report import ReportOutcome
 
 DEFAULT_BLOCK = "roost-slack"
 """The SlackNotifier block ``notify_task`` loads when it is given none."""
@@ -49,7 +50,7 @@ def load_notifier(block_name: str, logger: Any) -> SlackNotifier | None:
 @task(name="notify", cache_policy=NO_CACHE, persist_result=False)
 def notify_task(
     record: RunRecord,
-    report: Any = None,
+    report: ReportOutcome | None = None,
     notifier: SlackNotifier | None = None,
     block_name: str | None = DEFAULT_BLOCK,
     results_root: Path | None = None,
@@ -59,11 +60,12 @@ def notify_task(
     logger = get_run_logger()
     if notifier is None and block_name:
         notifier = load_notifier(block_name, logger)
-    files = getattr(report, "files", None)
+    files = report.files if report is not None else None
     ui = (notifier.prefect_ui_url if notifier is not None else "") or PREFECT_UI_URL.value() or ""
-    result = deliver(notifier, record, getattr(report, "comparison", None), chart=getattr(files, "key_chart", None),
-                     report_location=str(getattr(files, "html", "") or ""), run_url=prefect_run_url(record.meta, ui),
-                     logger=logger)
+    result = deliver(notifier, record, report.comparison if report is not None else None,
+                     chart=files.key_chart if files is not None else None,
+                     report_location=str(files.html) if files is not None else "",
+                     run_url=prefect_run_url(record.meta, ui), logger=logger)
     try:
         append_notification(record.meta, result, results_root)
     except Exception as exc:

@@ -159,7 +159,7 @@ def test_port_in_use_is_one_line_exit_2() -> None:
 
 
 def test_a_kv_pool_too_small_is_refused_before_vllm_starts(prefect_api: str) -> None:
-    """The seeds' 4 GiB-pool lesson: the plan (with this run's overrides) refuses before a cold load."""
+    """The Ornith 1.5 recipe's 4 GiB-pool lesson: the plan (with this run's overrides) refuses before a cold load."""
     from roost.profiles import LOCAL
     from roost.store import load_records
 

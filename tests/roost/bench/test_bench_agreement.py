@@ -41,6 +41,23 @@ def test_a_systematic_difference_shows_in_worst() -> None:
     assert a.worst() == pytest.approx(0.06)
 
 
+def test_systematic_counts_what_both_statistics_show() -> None:
+    # a real difference in what is measured moves the pooled and the paired ratio alike
+    shifted = [(_round("roost", 1.0, 0.0112, 100), _round("vllm", 1.0, 0.010, 100))] * 4
+    assert compare(shifted, prompt_tokens=128, output_tokens=10, users=3).systematic() == pytest.approx(0.12)
+    # noise between rounds: the median of paired ratios reads 1.15 while the pooled medians agree
+    noisy = [
+        (_round("roost", 1.0, 0.0115, 100), _round("vllm", 1.0, 0.010, 100)),
+        (_round("roost", 1.0, 0.0100, 100), _round("vllm", 1.0, 0.0087, 100)),
+        (_round("roost", 1.0, 0.0087, 100), _round("vllm", 1.0, 0.0115, 100)),
+        (_round("roost", 1.0, 0.0115, 100), _round("vllm", 1.0, 0.010, 100)),
+    ]
+    a = compare(noisy, prompt_tokens=128, output_tokens=10, users=3)
+    rows = {r.key: r for r in a.rows}
+    assert rows["tpot"].paired_ratio == pytest.approx(1.15, abs=0.01) and a.worst() > 0.10
+    assert abs(rows["tpot"].pooled_ratio - 1) < 0.10 and a.systematic() < 0.10
+
+
 def test_pairs_with_coalesced_tokens_are_set_aside() -> None:
     good = (_round("roost", 1.0, 0.010, 100), _round("vllm", 1.0, 0.010, 100))
     # the API server fell behind: 10 tokens in 2 chunks, TPOT collapsed for both tools alike
