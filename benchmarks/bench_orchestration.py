@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import os
 import subprocess
 import sys
@@ -81,6 +82,10 @@ def _timed(fn: Callable[..., Any], sink: Callable[[float], None]) -> Callable[..
         finally:
             sink(time.perf_counter() - t0)
 
+    # Prefect validates a flow's parameters against its signature, resolving the annotations in the
+    # wrapper's module: hand it the resolved signature (``from __future__ import annotations`` leaves
+    # names only ``fn``'s module knows, such as land's ``RestartPolicy``)
+    wrapper.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
     return wrapper
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 from roost.checkpoint.layout import expected_vision_tensors, nvfp4_problems
 from roost.checkpoint.model import Checkpoint
-from roost.checkpoint.writer import INDEX_NAME
+from roost.checkpoint.safetensors_header import INDEX_NAME
 from roost.errors import UserError
 from roost.records import Finding, Severity
 

@@ -46,13 +46,13 @@ from roost.checkpoint.layout import (
 from roost.checkpoint.safetensors_header import (
     FLOAT_DTYPES,
     FP8_DTYPES,
+    INDEX_NAME,
     RawEntry,
     ShardHeader,
     TensorEntry,
     paused_gc,
     read_header,
 )
-from roost.checkpoint.writer import INDEX_NAME
 from roost.errors import UserError
 
 ExpertLayout = Literal["none", "per_expert", "fused"]

@@ -70,6 +70,9 @@ _OFFSETS, _SHAPE, _DTYPE = itemgetter("data_offsets"), itemgetter("shape"), item
 
 # safetensors refuses headers above 100 MB; a larger declared length means a corrupt or foreign file.
 MAX_HEADER_BYTES = 100_000_000
+# The file names a sharded checkpoint's index and a single-file checkpoint carry (transformers' names).
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_FILE_NAME = "model.safetensors"
 # First read: the length prefix plus this much header. Bigger headers take one more read.
 _FIRST_READ = 1 << 18
 

@@ -24,10 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from roost.checkpoint.safetensors_header import tensor_nbytes
-
-INDEX_NAME = "model.safetensors.index.json"
-SINGLE_FILE_NAME = "model.safetensors"
+from roost.checkpoint.safetensors_header import INDEX_NAME, SINGLE_FILE_NAME, tensor_nbytes
 
 TensorSpec = tuple[str, str, tuple[int, ...]]
 """One tensor as a header declares it: (name, safetensors dtype, shape)."""

@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from typing import TYPE_CHECKING
 
 from roost import catalogue as C
 from roost.catalogue import KNEE_FRACTION, fmt_value
@@ -21,6 +17,12 @@ from roost.headline import concurrency_points, headline, knee_of, prompt_points
 from roost.records import RunRecord
 from roost.regress import RegressionReport, key_of
 from roost.store.atomic import atomic_write_bytes
+
+# matplotlib is imported where a chart is drawn, not here: it costs 1.5-2 s of a cold process, which
+# every flow's start (a deployment run's Pending -> Running, measured by benchmarks/bench_orchestration.py),
+# the audit flow and the CLI would pay without drawing anything.
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 BLUE = "#2D6FB7"
 ORANGE = "#E07B24"
@@ -32,6 +34,9 @@ OFF_SCALE = 3.0
 
 
 def _figure(width: float = 8.0, height: float = 4.6) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -51,6 +56,9 @@ def _tokens_label(x: float, _pos: object = None) -> str:
 
 
 def _prompt_axis(ax: object, xs: list[int]) -> None:
+    from matplotlib.axes import Axes
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     assert isinstance(ax, Axes)
     if len(xs) > 1 and max(xs) / max(min(xs), 1) >= 8:
         ax.set_xscale("log", base=2)
@@ -111,6 +119,8 @@ def ttft_vs_prompt(record: RunRecord, path: Path) -> Path | None:
         ax.plot([x for x, _ in p90], [float(y or 0) for _, y in p90], "s:", color=GREY, ms=5, label="TTFT p90")
     for x, y in zip(xs, ys, strict=True):
         ax.annotate(f"{fmt_value(y)} s", (x, y), textcoords="offset points", xytext=(0, 9), ha="center", fontsize=9)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
@@ -148,6 +158,8 @@ def throughput_vs_concurrency(record: RunRecord, path: Path) -> Path | None:
     if knee is not None and knee.peak_concurrency != knee.concurrency:
         ax.plot([knee.peak_concurrency], [knee.peak_output_tok_s], marker="D", color=RED, ms=8, ls="none",
                 label=f"peak: {fmt_value(knee.peak_output_tok_s, 'tok/s')} @ {knee.peak_concurrency}")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     if len(xs) > 1 and max(xs) / max(min(xs), 1) >= 16:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_minor_formatter(NullFormatter())

@@ -29,6 +29,10 @@ release are read through ``roost.records.upgrade_record``.
 
 The package: ``atomic`` (whole-or-nothing files), ``layout`` (where each file lives), ``schema``
 (the Arrow schemas and rows); this module writes and reads runs.
+
+pandas, ``pyarrow.dataset`` and ``pyarrow.parquet`` are imported where a table is read or written:
+together they cost about 1.5 s of a cold process, which every flow's start (a deployment run's
+Pending -> Running, measured by ``benchmarks/bench_orchestration.py``) would otherwise pay first.
 """
 
 from __future__ import annotations
@@ -37,9 +41,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as ds
 from pydantic import BaseModel
 
 from roost.errors import UserError
@@ -49,7 +51,7 @@ from roost.store.atomic import AlreadyStored, atomic_write_bytes, atomic_write_t
 from roost.store.layout import TABLES, comparable_key_id, partition, record_path, report_dir, slug, store_root
 from roost.store.schema import (
     NOTIFICATIONS_SCHEMA,
-    PARTITIONING,
+    PARTITION_SCHEMA,
     POINTS_SCHEMA,
     REQUESTS_SCHEMA,
     RUNS_SCHEMA,
@@ -154,12 +156,15 @@ def load_table(
     """One table as a pandas DataFrame (``model``/``host`` as plain string columns), oldest first."""
     if table not in SCHEMAS:
         raise UserError(f"unknown results table {table!r}: choose one of {', '.join(TABLES)}")
+    import pandas as pd  # on first read, with pyarrow.dataset: see the module docstring
+    import pyarrow.dataset as ds
+
     schema = SCHEMAS[table]
     full = schema.append(pa.field("model", pa.string())).append(pa.field("host", pa.string()))
     folder = store_root(root) / table
     if not folder.is_dir():
         return pd.DataFrame({f.name: pd.Series(dtype=f.type.to_pandas_dtype()) for f in full})
-    dataset = ds.dataset(folder, format="parquet", partitioning=PARTITIONING, schema=full)
+    dataset = ds.dataset(folder, format="parquet", partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"), schema=full)
     expr = None
     if model is not None:
         expr = ds.field("model") == slug(model)

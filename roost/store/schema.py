@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from roost.headline import headline
 from roost.records import DISTRIBUTIONS, STATISTICS, BenchPoint, RunRecord, utcnow
@@ -154,7 +152,8 @@ REQUESTS_SCHEMA = pa.schema([
 SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "points": POINTS_SCHEMA, "requests": REQUESTS_SCHEMA,
                                   "notifications": NOTIFICATIONS_SCHEMA}
 
-PARTITIONING = ds.partitioning(pa.schema([("model", pa.string()), ("host", pa.string())]), flavor="hive")
+PARTITION_SCHEMA = pa.schema([("model", pa.string()), ("host", pa.string())])
+"""The hive partition keys of every table (``model=<slug>/host=<slug>/``)."""
 
 
 
@@ -246,6 +245,8 @@ def point_rows(record: RunRecord) -> list[dict[str, Any]]:
 def parquet_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
     table = pa.Table.from_pylist(rows, schema=schema)
     sink = pa.BufferOutputStream()
+    import pyarrow.parquet as pq  # on first write: see roost.store's docstring
+
     pq.write_table(table, sink)
     return bytes(sink.getvalue().to_pybytes())
 

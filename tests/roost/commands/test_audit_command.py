@@ -9,21 +9,13 @@ from pathlib import Path
 
 import pytest
 from support import replicas
+from support.contract import AUDIT_JSON_KEYS
 from typer.testing import CliRunner
 
 from roost.checkpoint.writer import header_bytes
 from roost.cli import app
 
 ROOST = str(Path(sys.executable).parent / "roost")
-# Every key ``roost audit --json`` prints, in order: the contract scripts read.
-CONTRACT = [
-    "path", "host", "architecture", "model_type", "served_model_name", "shard_count", "has_index", "tensor_count",
-    "index_tensor_count", "visual_tensor_count", "mtp_tensor_count", "tensor_count_by_class", "num_hidden_layers",
-    "full_attention_layers", "linear_attention_layers", "num_experts", "num_experts_per_tok", "expert_layout",
-    "quantization", "weight_bytes", "weight_bytes_by_class", "weight_bytes_by_dtype", "decode_bytes_per_token",
-    "decode_ceiling_tok_s", "kv_bytes_per_token", "max_model_len", "findings", "vllm_args", "kv_cache_memory_bytes",
-    "load_weight_bytes", "audit_seconds",
-]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +32,7 @@ def test_json_contract_real_entry_point(ornith_9b: Path) -> None:
     r = subprocess.run([ROOST, "audit", str(ornith_9b), "--host", "spark", "--json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert list(out) == CONTRACT
+    assert list(out) == AUDIT_JSON_KEYS
     assert (out["tensor_count"], out["index_tensor_count"], out["visual_tensor_count"], out["mtp_tensor_count"]) == (760, 760, 333, 0)
     assert round(out["decode_bytes_per_token"] / 1e9, 2) == 15.87 and round(out["decode_ceiling_tok_s"], 1) == 17.2
     assert out["kv_bytes_per_token"] == 32768

@@ -9,17 +9,12 @@ from pathlib import Path
 
 import pytest
 from support import replicas
+from support.contract import PLAN_JSON_KEYS
 from typer.testing import CliRunner
 
 from roost.cli import app
 
 ROOST = str(Path(sys.executable).parent / "roost")
-# Every key ``roost plan --json`` prints, in order: the contract scripts read.
-CONTRACT = [
-    "path", "host", "rules", "architecture", "max_model_len", "kv_cache_memory_bytes", "block_size", "kv_cache_tokens",
-    "max_concurrency", "min_kv_cache_bytes", "fits_one_request", "fits_host", "decode_ceiling_tok_s",
-    "kv_bytes_per_token", "kv", "fit", "vllm_args", "predicted_log_lines",
-]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +27,7 @@ def test_json_contract_8_gib(ornith_35b: Path) -> None:
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert list(out) == CONTRACT
+    assert list(out) == PLAN_JSON_KEYS
     assert (out["block_size"], out["kv_cache_tokens"], round(out["max_concurrency"], 2)) == (1056, 412_980, 1.58)
     assert isinstance(out["max_concurrency"], float) and out["fits_one_request"] is True
     assert out["min_kv_cache_bytes"] == 5_449_973_760  # the "5.xx GiB" of the Ornith 1.0 35B recipe

@@ -8,21 +8,12 @@ import pickle
 from pathlib import Path
 
 from support import replicas
+from support.contract import AUDIT_JSON_KEYS
 
 from roost.checkpoint.audit import audit_checkpoint
 from roost.hosts import CPU, SPARK
 from roost.plan.report import AuditReport, audit_for_host, audit_report
 from roost.records import Finding
-
-# The JSON document ``roost audit --json`` prints, key for key and in this order (scripts read it).
-AUDIT_JSON_KEYS = [
-    "path", "host", "architecture", "model_type", "served_model_name", "shard_count", "has_index", "tensor_count",
-    "index_tensor_count", "visual_tensor_count", "mtp_tensor_count", "tensor_count_by_class", "num_hidden_layers",
-    "full_attention_layers", "linear_attention_layers", "num_experts", "num_experts_per_tok", "expert_layout",
-    "quantization", "weight_bytes", "weight_bytes_by_class", "weight_bytes_by_dtype", "decode_bytes_per_token",
-    "decode_ceiling_tok_s", "kv_bytes_per_token", "max_model_len", "findings", "vllm_args", "kv_cache_memory_bytes",
-    "load_weight_bytes", "audit_seconds",
-]
 
 
 def codes(report: AuditReport) -> dict[str, str]:
