@@ -31,6 +31,7 @@ from itertools import chain
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+import msgspec
 import orjson
 from pydantic import BaseModel, Field
 
@@ -170,12 +171,32 @@ def decode_bytes_per_token(by_class: dict[TensorClass, int], cfg: ModelConfigInf
     return total
 
 
+class _IndexFile(msgspec.Struct):
+    """``model.safetensors.index.json``: what the audit reads of it (other keys are ignored)."""
+
+    weight_map: dict[str, str]
+
+
+_DECODE_INDEX = msgspec.json.Decoder(_IndexFile)
+
+
 def read_index(model_dir: Path) -> tuple[dict[str, str], list[str]] | None:
     """The index's weight_map and the shards it names (sorted), each checked to stay inside ``model_dir``."""
     path = model_dir / INDEX_NAME
     if not path.is_file():
         return None
     raw = path.read_bytes()
+    try:  # the typed decoder checks the document's shape in C
+        with paused_gc():
+            wm = _DECODE_INDEX.decode(raw).weight_map
+    except msgspec.MsgspecError:
+        wm = _weight_map_or_why(path, raw)
+    return _checked_index(path, wm)
+
+
+def _weight_map_or_why(path: Path, raw: bytes) -> dict[str, str]:
+    """The weight map of an index the typed decoder refused, read by orjson, or the UserError saying
+    what is wrong with it."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -184,12 +205,14 @@ def read_index(model_dir: Path) -> tuple[dict[str, str], list[str]] | None:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UserError(f"{path}: not valid JSON ({exc}); re-download the index") from None
     wm = obj.get("weight_map") if isinstance(obj, dict) else None
-    try:
-        shards = set(wm.values()) if isinstance(wm, dict) else None
-    except TypeError:  # an unhashable value: not a file name
-        shards = None
-    if not isinstance(wm, dict) or shards is None or not set(map(type, shards)) <= {str}:
+    if not isinstance(wm, dict) or not all(type(v) is str for v in wm.values()):
         raise UserError(f"{path}: needs a 'weight_map' object mapping tensor names to shard file names")
+    return wm
+
+
+def _checked_index(path: Path, wm: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The weight map and its shards (sorted), each checked to stay inside the checkpoint directory."""
+    shards = set(wm.values())
     for shard in shards:
         p = PurePosixPath(shard)
         if p.is_absolute() or ".." in p.parts or "\\" in shard or not shard:
@@ -266,7 +289,7 @@ def _build(
             duplicates += [f"{n} ({seen[n]}, {shard})" for n in h.tensors if n in seen]
             seen.update(dict.fromkeys(h.tensors, shard))
             size_of.update(zip(h.tensors, h.sizes, strict=True))
-        dtypes = [e["dtype"] for e in tensors.values()]
+        dtypes = [e.dtype for e in tensors.values()]
         sizes = list(map(size_of.__getitem__, tensors))
     absent: list[str] = []
     extra: list[str] = []
@@ -327,8 +350,8 @@ def _classify(cfg: ModelConfigInfo, tensors: dict[str, RawEntry], dtypes: list[s
         if folded and ".experts.E." in key:
             entry = tensors.get(key.replace(".experts.E.", ".experts.0.", 1))
             if entry is not None:
-                return len(entry["shape"])
-        return len(tensors[real(key)]["shape"])
+                return len(entry.shape)
+        return len(tensors[real(key)].shape)
 
     count_by: dict[TensorClass, int] = dict.fromkeys(TENSOR_CLASSES, 0)
     bytes_by: dict[TensorClass, int] = dict.fromkeys(TENSOR_CLASSES, 0)

@@ -4,9 +4,13 @@ A safetensors file is ``<u64 little-endian N><N bytes of JSON header><data secti
 tensor names to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets relative to the data
 section) plus an optional ``__metadata__`` object of string -> string.
 
-One ``pread`` per file covers the length prefix and (almost always) the whole header; ``orjson``
-parses it with Python's cyclic garbage collector paused (a 31k-tensor header is ~100k small dicts and
-lists that hold no cycles; the collector would walk them again and again while they are built).
+One ``pread`` per file covers the length prefix and (almost always) the whole header. ``msgspec``
+decodes it straight into typed entries (:class:`RawEntry`: a ``str`` dtype, a ``list[int]`` shape,
+two ``int`` offsets, checked in C while parsing, and untracked by the cyclic garbage collector), which
+leaves the checks below a few C-level passes; this is 30-40% faster than ``orjson`` into dicts plus
+the same checks on the 31,666-tensor replica (``benchmarks/bench_audit.py``). A header the typed
+decoder refuses (malformed, or ``__metadata__`` somewhere other than first, where every safetensors
+writer puts it) is parsed again by ``orjson`` and walked entry by entry, which names the problem.
 Validation mirrors what ``safetensors`` itself enforces, and then some: the length fits the file,
 every dtype is known, every span lies inside the data section, ``end - begin`` equals the tensor's
 byte size (sub-byte dtypes included), and the spans tile the data section with no overlap and no gap.
@@ -20,15 +24,17 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain, repeat
 from math import prod
-from operator import itemgetter, mul, sub
+from operator import attrgetter, mul, sub
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
+import msgspec
 import orjson
 
 from roost.errors import UserError
@@ -66,7 +72,7 @@ FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
 # Bytes per element for the dtypes that fill whole bytes (the fast path compares byte counts directly).
 _WHOLE_BYTES: dict[str, int] = {d: b // 8 for d, b in DTYPE_BITS.items() if b % 8 == 0}
 
-_OFFSETS, _SHAPE, _DTYPE = itemgetter("data_offsets"), itemgetter("shape"), itemgetter("dtype")
+_OFFSETS, _SHAPE, _DTYPE = attrgetter("data_offsets"), attrgetter("shape"), attrgetter("dtype")
 
 # safetensors refuses headers above 100 MB; a larger declared length means a corrupt or foreign file.
 MAX_HEADER_BYTES = 100_000_000
@@ -81,12 +87,22 @@ class HeaderError(UserError):
     """A safetensors file whose header cannot be trusted (truncated, corrupt, inconsistent)."""
 
 
-class RawEntry(TypedDict):
-    """One tensor exactly as the JSON header declares it (offsets relative to the data section)."""
+class RawEntry(msgspec.Struct, frozen=True, gc=False):
+    """One tensor exactly as the JSON header declares it (offsets relative to the data section).
+
+    ``gc=False``: its fields (a string, a list of ints, a pair of ints) can never form a cycle.
+    """
 
     dtype: str
     shape: list[int]
-    data_offsets: list[int]
+    data_offsets: tuple[int, int]
+
+
+_DECODE_HEADER = msgspec.json.Decoder(dict[str, RawEntry])
+# ``{"__metadata__": {<string: string, ...>},`` at the start of the header, as safetensors writes it:
+# cut out before the typed decode (its values are not tensors). A ``{`` or ``}`` inside its strings
+# makes the cut fail or the JSON invalid, and the header then takes the orjson path.
+_LEADING_METADATA = re.compile(rb'\{\s*"__metadata__"\s*:\s*(\{[^{}]*\})\s*(,?)')
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +116,8 @@ class TensorEntry:
 
     @classmethod
     def of(cls, raw: RawEntry) -> TensorEntry:
-        b, e = raw["data_offsets"]
-        return cls(raw["dtype"], tuple(raw["shape"]), b, e)
+        b, e = raw.data_offsets
+        return cls(raw.dtype, tuple(raw.shape), b, e)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +132,7 @@ class ShardHeader:
     file_size: int
     header_len: int
     metadata: dict[str, str]
-    tensors: dict[str, RawEntry]  # validated JSON entries, in header order
+    tensors: dict[str, RawEntry]  # validated entries, in header order
     dtypes: list[str]  # dtype of each tensor
     sizes: list[int]  # byte span of each tensor
 
@@ -187,10 +203,55 @@ def read_header(path: Path) -> ShardHeader:
 def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
     """Validate an already-read header (``raw`` = the JSON bytes) against the file size.
 
-    A fast path checks the whole header with list comprehensions and C-level builtins; only when it
-    finds a problem does the slow path walk the tensors one by one to name the culprit.
+    The fast path decodes typed entries and checks them all with C-level passes; when the decoder or
+    a check refuses, the slow path parses the JSON again and walks the tensors one by one: it names
+    the culprit, or accepts a valid header the fast path could not take (metadata not first).
     """
-    header_len = len(raw)
+    data_bytes = file_size - 8 - len(raw)
+    fast = _fast_parse(raw)
+    if fast is not None:
+        tensors, metadata = fast
+        valid = _fast_valid(tensors, data_bytes)
+        if valid is not None:
+            return _shard(path, raw, file_size, metadata, tensors, *valid)
+    tensors, metadata = _slow_parse(path, raw, data_bytes)
+    valid = _fast_valid(tensors, data_bytes)
+    if valid is None:  # pragma: no cover - the slow walk accepted it, so the passes do too
+        raise HeaderError(f"{path}: header failed validation")
+    return _shard(path, raw, file_size, metadata, tensors, *valid)
+
+
+def _shard(path: Path, raw: bytes, file_size: int, metadata: dict[str, str], tensors: dict[str, RawEntry],
+           dtypes: list[str], sizes: list[int]) -> ShardHeader:
+    return ShardHeader(path=path, file_size=file_size, header_len=len(raw), metadata=metadata, tensors=tensors,
+                       dtypes=dtypes, sizes=sizes)
+
+
+def _fast_parse(raw: bytes) -> tuple[dict[str, RawEntry], dict[str, str]] | None:
+    """Typed entries and metadata, or None when the typed decoder refuses the header."""
+    metadata: dict[str, str] = {}
+    body = raw
+    m = _LEADING_METADATA.match(raw)
+    if m is not None:
+        if not m.group(2) and raw[m.end():].strip() != b"}":  # no comma, yet more follows: malformed
+            return None
+        try:
+            parsed = orjson.loads(m.group(1))
+        except orjson.JSONDecodeError:
+            return None
+        if not all(type(v) is str for v in parsed.values()):
+            return None
+        metadata, body = parsed, b"{" + raw[m.end():]
+    try:
+        with paused_gc():
+            return _DECODE_HEADER.decode(body), metadata
+    except msgspec.MsgspecError:
+        return None
+
+
+def _slow_parse(path: Path, raw: bytes, data_bytes: int) -> tuple[dict[str, RawEntry], dict[str, str]]:
+    """Parse with orjson, walk every entry (raising a HeaderError naming the first problem) and
+    return the typed entries and the metadata."""
     try:
         with paused_gc():
             obj = orjson.loads(raw)
@@ -199,7 +260,6 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
         raise HeaderError(f"{path}: header is not valid JSON{where}; the file is corrupt or not safetensors") from None
     if not isinstance(obj, dict):
         raise HeaderError(f"{path}: header is JSON but not an object; not a safetensors file")
-
     metadata_obj = obj.pop("__metadata__", None)
     metadata: dict[str, str] = {}
     if metadata_obj is not None:
@@ -208,48 +268,32 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
         ):
             raise HeaderError(f"{path}: __metadata__ must map strings to strings")
         metadata = metadata_obj
-
-    data_bytes = file_size - 8 - header_len
-    valid = _fast_valid(obj, data_bytes)
-    if valid is None:
-        _slow_validate(path, obj, data_bytes)  # raises with the precise problem
-        raise HeaderError(f"{path}: header failed validation")  # pragma: no cover - slow path always names it
-    dtypes, sizes = valid
-    return ShardHeader(
-        path=path,
-        file_size=file_size,
-        header_len=header_len,
-        metadata=metadata,
-        tensors=obj,
-        dtypes=dtypes,
-        sizes=sizes,
-    )
+    _slow_validate(path, obj, data_bytes)
+    tensors = {name: RawEntry(e["dtype"], e["shape"], tuple(e["data_offsets"])) for name, e in obj.items()}
+    return tensors, metadata
 
 
-def _fast_valid(obj: dict[str, Any], data_bytes: int) -> tuple[list[str], list[int]] | None:
+def _fast_valid(tensors: dict[str, RawEntry], data_bytes: int) -> tuple[list[str], list[int]] | None:
     """Each tensor's dtype and byte span when every entry is well-formed and the spans tile the data
     section; else None (the slow path then names the problem).
 
-    Every pass is a C-level ``map``: every offset and dimension is an int, dimensions are non-negative,
-    sizes (prod(shape) x dtype bytes, or bits for sub-byte dtypes) equal the spans exactly, and the
-    [begin, end] pairs read 0, e0=b1, e1=b2, ..., data_bytes — in header order (how safetensors and
-    roost write them) or, failing that, sorted by offset.
+    The decoder has checked the types (every offset and dimension an int, two offsets); every pass
+    here is a C-level ``map``: dimensions are non-negative, sizes (prod(shape) x dtype bytes, or bits
+    for sub-byte dtypes) equal the spans exactly, and the [begin, end] pairs read 0, e0=b1, e1=b2,
+    ..., data_bytes — in header order (how safetensors and roost write them) or, failing that,
+    sorted by offset.
     """
-    vals = list(obj.values())
+    vals = list(tensors.values())
     if not vals:
         return ([], []) if data_bytes == 0 else None
     try:
         dtypes = list(map(_DTYPE, vals))
         shapes = list(map(_SHAPE, vals))
         offs = list(map(_OFFSETS, vals))
-        if set(map(len, offs)) != {2}:
+        dims = list(chain.from_iterable(shapes))
+        if dims and min(dims) < 0:
             return None
         flat = list(chain.from_iterable(offs))
-        if set(map(type, flat)) != {int}:
-            return None
-        dims = list(chain.from_iterable(shapes))
-        if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
-            return None
         begins, ends = flat[0::2], flat[1::2]
         spans = list(map(sub, ends, begins))
         elements = map(prod, shapes)
@@ -258,7 +302,7 @@ def _fast_valid(obj: dict[str, Any], data_bytes: int) -> tuple[list[str], list[i
                 return None
         elif list(map(mul, elements, map(DTYPE_BITS.__getitem__, dtypes))) != list(map(mul, spans, repeat(8))):
             return None
-    except (KeyError, TypeError, ValueError, IndexError):
+    except KeyError:  # an unknown dtype
         return None
     # spans equal sizes of non-negative dimensions, so they are >= 0: chained pairs tile the section
     if begins[0] == 0 and ends[-1] == data_bytes and begins[1:] == ends[:-1]:

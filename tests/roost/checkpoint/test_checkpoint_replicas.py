@@ -78,7 +78,7 @@ def test_random_fill_writes_real_data(tmp_path: Path) -> None:
         h = read_header(shard)
         raw = shard.read_bytes()[h.data_offset :]
         for name, e in h.tensors.items():
-            b, end = e["data_offsets"]
+            b, end = e.data_offsets
             values = (np.frombuffer(raw[b:end], dtype="<u2").astype(np.uint32) << 16).view(np.float32)
             assert np.isfinite(values).all(), name
             if name.endswith("norm.weight"):

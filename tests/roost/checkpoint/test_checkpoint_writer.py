@@ -58,7 +58,7 @@ def test_shards_index_and_data_read_back_by_safetensors(tmp_path: Path) -> None:
         assert f.get_tensor("b").tolist() == [0.5, -1.5]
         assert (f.get_slice("a").get_dtype(), f.get_slice("a").get_shape()) == ("BF16", [2, 3])
     h = read_header(first)
-    begin, end = h.tensors["a"]["data_offsets"]
+    begin, end = h.tensors["a"].data_offsets
     raw = first.read_bytes()[h.data_offset + begin : h.data_offset + end]
     assert (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32).tolist() == [0, 1, 2, 3, 4, 5]
     assert read_header(tmp_path / "model-00002-of-00002.safetensors").metadata == {"format": "pt"}

@@ -43,7 +43,7 @@ def test_reads_what_safetensors_writes(tmp_path: Path) -> None:
     assert set(h.tensors) == set(tensors)
     a = TensorEntry.of(h.tensors["a"])
     assert a == TensorEntry("F32", (3, 5), a.begin, a.begin + 60)
-    assert h.tensors["b"]["dtype"] == "I64" and h.tensors["c"]["dtype"] == "F16" and h.tensors["d"]["shape"] == []
+    assert h.tensors["b"].dtype == "I64" and h.tensors["c"].dtype == "F16" and h.tensors["d"].shape == []
     assert h.data_offset + sum(h.sizes) == h.file_size == path.stat().st_size
     # dtypes and sizes are aligned with the header's order (safetensors orders by dtype size, then name)
     assert dict(zip(h.tensors, zip(h.dtypes, h.sizes, strict=True), strict=True)) == {
@@ -102,6 +102,41 @@ def test_inconsistent_headers_are_named(tmp_path: Path, header: dict[str, object
         read_header(path)
     assert str(path) in str(exc.value)
     assert isinstance(exc.value, UserError) and exc.value.exit_code == 2
+
+
+ENTRIES = {"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+           "b": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [4, 16]}}
+
+
+@pytest.mark.parametrize(
+    ("raw", "metadata"),
+    [
+        # as safetensors writes it: metadata first (the typed decoder's route)
+        (b'{"__metadata__":{"format":"pt"},' + json.dumps(ENTRIES).encode()[1:], {"format": "pt"}),
+        # spaces and a metadata object alone
+        (b'{ "__metadata__" : { } , ' + json.dumps(ENTRIES).encode()[1:], {}),
+        # metadata last, or with braces inside its strings: orjson's route, the same answer
+        (json.dumps({**ENTRIES, "__metadata__": {"format": "pt"}}).encode(), {"format": "pt"}),
+        (json.dumps({"__metadata__": {"note": "{a} }"}, **ENTRIES}).encode(), {"note": "{a} }"}),
+        (json.dumps({"a": ENTRIES["a"], "__metadata__": {"k": "v"}, "b": ENTRIES["b"]}).encode(), {"k": "v"}),
+    ],
+)
+def test_metadata_anywhere_reads_the_same(tmp_path: Path, raw: bytes, metadata: dict[str, str]) -> None:
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 16)
+    h = read_header(path)
+    assert h.metadata == metadata
+    assert list(h.tensors) == ["a", "b"] and h.sizes == [4, 12] and h.dtypes == ["U8", "BF16"]
+    assert TensorEntry.of(h.tensors["b"]) == TensorEntry("BF16", (2, 3), 4, 16)
+
+
+def test_metadata_without_its_comma_is_not_json(tmp_path: Path) -> None:
+    """The cut before the typed decode must not repair a header safetensors would refuse."""
+    raw = b'{"__metadata__":{"format":"pt"} "a":' + json.dumps(ENTRIES["a"]).encode() + b"}"
+    path = tmp_path / "c.safetensors"
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 4)
+    with pytest.raises(HeaderError, match="not valid JSON"):
+        read_header(path)
 
 
 def test_truncated_file(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def test_weights_are_the_recipe(demo: Path) -> None:
     with safe_open(str(shard), framework="np") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}  # noqa: SIM118 - not a mapping
     for name, entry in h.tensors.items():
-        begin, end = entry["data_offsets"]
+        begin, end = entry.data_offsets
         values = (np.frombuffer(raw[h.data_offset + begin : h.data_offset + end], "<u2").astype(np.uint32) << 16).view(np.float32)
         if name.endswith("norm.weight"):
             assert (values == 1.0).all(), name
