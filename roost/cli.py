@@ -13,6 +13,11 @@ import sys
 
 import typer
 
+try:  # typer >= 0.22 parses with its own copy of click; older releases use click itself
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+
 app = typer.Typer(
     name="roost",
     help="Take an LLM checkpoint from the Hugging Face Hub to a measured, monitored vLLM server.",
@@ -30,8 +35,22 @@ for _name in COMMANDS:
 
 
 def main() -> None:
-    """Console entry point."""
-    app(prog_name="roost")
+    """Console entry point. A usage mistake (an unknown or misspelt flag, a bad value, a missing
+    argument) is one ``roost: error:`` line on stderr and exit 2, like every other unusable input,
+    instead of click's multi-line usage box; ``roost`` alone still prints the help."""
+    try:
+        code = app(prog_name="roost", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError:
+        app(prog_name="roost", args=["--help"], standalone_mode=False)  # the help, as `roost --help` prints it
+        code = 2
+    except click_errors.ClickException as exc:
+        where = f" (see `{exc.ctx.command_path} --help`)" if isinstance(exc, click_errors.UsageError) and exc.ctx else ""
+        typer.echo(f"roost: error: {' '.join(exc.format_message().split())}{where}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        typer.echo("roost: error: aborted", err=True)
+        code = 1
+    sys.exit(code if type(code) is int else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

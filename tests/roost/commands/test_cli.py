@@ -1,0 +1,38 @@
+"""The installed ``roost`` entry point: a usage mistake is one line and exit 2, like any unusable input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOST = str(Path(sys.executable).parent / "roost")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["audit", ".", "--hots", "spark"],
+         "roost: error: No such option: --hots (Possible options: --host) (see `roost audit --help`)"),
+        (["plan", ".", "--kv-cache-memory-bytes", "lots"],
+         "roost: error: Invalid value for '--kv-cache-memory-bytes': Input should be a valid integer, "
+         "unable to parse string as an integer (see `roost plan --help`)"),
+        (["audit"], "roost: error: Missing argument 'path'. (see `roost audit --help`)"),
+        (["serve"], "roost: error: No such command 'serve'. (see `roost --help`)"),
+    ],
+)
+def test_usage_mistakes_are_one_line_exit_2(args: list[str], line: str) -> None:
+    r = subprocess.run([ROOST, *args], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr, r.stdout) == (2, line + "\n", "")
+
+
+def test_no_command_prints_the_help_exit_2() -> None:
+    r = subprocess.run([ROOST], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Usage: roost [OPTIONS] COMMAND" in r.stdout and "audit" in r.stdout
+
+
+def test_help_is_exit_0() -> None:
+    r = subprocess.run([ROOST, "audit", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--host" in r.stdout and r.stderr == ""
