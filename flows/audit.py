@@ -16,9 +16,8 @@ from prefect.artifacts import create_markdown_artifact
 
 from blocks.profiles import profile_document_name
 from blocks.resolve import load_host, load_profile
-from flows.stages import Checkpoint, ServePlan, audit_stage, download_stage, new_record
+from flows.stages import Checkpoint, audit_stage, download_stage, new_record
 from roost.errors import CheckFailed, StageFailed
-from roost.plan.preflight import PlanRefused
 from roost.records import Finding
 
 
@@ -29,15 +28,13 @@ def audit(profile: str = "local", revision: str | None = None, host: str | None 
     host_p = load_host(host or prof.host)
     record = new_record(prof, host_p, revision)
     checkpoint = download_stage(record, prof)
+    problem = ""
     try:
-        plan: ServePlan | None = audit_stage(record, prof, host_p, checkpoint)
-        problem = ""
-    except PlanRefused as exc:
-        plan, problem = None, str(exc)
-    except StageFailed as exc:  # error findings: reported in the artifact, then the run fails
-        plan, problem = None, str(exc)
+        audit_stage(record, prof, host_p, checkpoint)  # sets record.meta.vllm_args, refused or not
+    except StageFailed as exc:  # error findings or a plan refusal: reported in the artifact, then the run fails
+        problem = str(exc)
     result = _result(record.meta.profile, host_p.name, record.meta.revision, checkpoint, record.audit, record.plan,
-                     plan.vllm_args if plan is not None else record.meta.vllm_args)
+                     record.meta.vllm_args)
     findings = [Finding.model_validate(f) for f in record.audit.get("findings", [])]
     create_markdown_artifact(
         key=f"audit-{profile_document_name(prof.name)}-{profile_document_name(host_p.name)}",

@@ -18,7 +18,7 @@ import math
 from pydantic import BaseModel
 
 from roost import catalogue as C
-from roost.catalogue import REFERENCE_PROMPT_TOKENS, Metric, find_knee, fmt_value
+from roost.catalogue import REFERENCE_PROMPT_TOKENS, Metric, find_knee
 from roost.records import BenchPoint, RunRecord
 
 
@@ -185,4 +185,4 @@ def run_metrics(record: RunRecord) -> list[Measured]:
     return unique
 
 
-__all__ = ["Headline", "HeadlineRow", "Measured", "fmt_value", "headline", "headline_rows", "run_metrics"]
+__all__ = ["Headline", "HeadlineRow", "Measured", "headline", "headline_rows", "run_metrics"]

@@ -13,8 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from roost.errors import UserError
-
-GiB = 1024**3
+from roost.units import GiB
 
 
 class HostProfile(BaseModel):

@@ -9,10 +9,7 @@
 
 from __future__ import annotations
 
-KB = 10**3
-MB = 10**6
 GB = 10**9
-TB = 10**12
 
 KiB = 1024
 MiB = 1024**2

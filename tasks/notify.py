@@ -16,6 +16,7 @@ from prefect.logging import get_run_logger
 from prefect.settings import PREFECT_UI_URL
 from pydantic import ValidationError
 
+from blocks.resolve import validation_problems
 from blocks.slack import SlackNotifier
 from roost.notify import NotifyResult
 from roost.notify.slack import deliver, prefect_run_url
@@ -38,8 +39,8 @@ def load_notifier(block_name: str, logger: Any) -> SlackNotifier | None:
         if invalid is None:
             logger.error("could not load the SlackNotifier block %r: %s", block_name, type(exc).__name__)
         else:
-            fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'block'}: {e['msg']}" for e in invalid.errors())
-            logger.error("the SlackNotifier block %r is invalid (%s): fix it in the Prefect UI (Blocks)", block_name, fields)
+            logger.error("the SlackNotifier block %r is invalid (%s): fix it in the Prefect UI (Blocks)", block_name,
+                         validation_problems(invalid))
     except ValueError:
         logger.info("no SlackNotifier block named %r; Slack is not configured", block_name)
     except Exception as exc:

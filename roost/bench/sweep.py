@@ -58,8 +58,8 @@ from roost.bench.settings import (
     Progress,
     make_settings,
 )
-from roost.catalogue import find_knee
 from roost.errors import UserError
+from roost.headline import knee_of
 from roost.records import BenchPoint, utcnow
 from roost.vllm import prometheus
 from roost.vllm.client import VllmClient, display_url, normalize_base_url, run_sync
@@ -421,8 +421,7 @@ async def arun_benchmark(
         except (httpx.HTTPError, PromptError) as exc:
             result.status = "failed"
             result.errors.append(client.scrub(f"{type(exc).__name__}: {exc}"))
-        concurrency_points = [p for p in result.points if p.kind == "concurrency" and not p.skipped]
-        result.knee = find_knee([(p.concurrency, p.output_tok_s.median) for p in concurrency_points])
+        result.knee = knee_of([p for p in result.points if p.kind == "concurrency" and not p.skipped])
         result.wall_s = time.perf_counter() - t0
         done = "completed" if not result.failed else "failed: " + "; ".join(result.errors)
         run.done_steps = run.total_steps

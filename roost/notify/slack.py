@@ -41,7 +41,6 @@ class SlackTarget(Protocol):
     notify_on: list[Any]
     upload_chart: bool
     base_url: str
-    prefect_ui_url: str
     timeout_s: int
     max_retries: int
 

@@ -142,10 +142,9 @@ def plan_checkpoint(
         max_model_len=L,
         kv_cache_memory_bytes=max(requested, min_pool),
     )
-    argv = args.to_argv()
-    # Keep the pool that will be asked for in the args, even when it is too small: the plan reports it.
-    i = argv.index("--kv-cache-memory-bytes")
-    argv[i + 1] = str(requested)
+    # The pool asked for stays in the args even when it is too small (derived at the minimum to pass
+    # its own check): the plan reports the refusal.
+    argv = args.model_copy(update={"kv_cache_memory_bytes": requested}).to_argv()
     fit = fit_check(audit.load_weight_bytes, pool, host)
     return PlanReport(
         path=audit.path,

@@ -49,7 +49,6 @@ class ColdLoadFailed(StageFailed):
     def __init__(self, stage: str, diagnosis: Diagnosis, attempts: list[StartAttempt]) -> None:
         self.message = f"{diagnosis.failure_class}: {diagnosis.remediation} (evidence: {diagnosis.evidence})"
         super().__init__(stage, self.message)
-        self.diagnosis = diagnosis
         self.failure_class: str = diagnosis.failure_class
         self.remediation = diagnosis.remediation
         self.evidence = diagnosis.evidence

@@ -41,6 +41,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from roost.units import GiB
+
 FailureClass = Literal[
     "kv_pool_too_small",
     "visual_uninitialized",
@@ -52,7 +54,6 @@ FailureClass = Literal[
     "unknown",
 ]
 
-GiB = 1024**3
 
 # Whether a second attempt, unchanged, can succeed: only for conditions outside the checkpoint and
 # the arguments (memory held by a previous server, a port still being released, a slow cold load).

@@ -181,9 +181,6 @@ class VllmClient:
 
     # --- plain requests -----------------------------------------------------------------------
 
-    async def get(self, path: str, *, timeout_s: float = 10.0) -> httpx.Response:
-        return await self._http.get(path, timeout=timeout_s)
-
     async def post_json(self, path: str, body: Mapping[str, Any], *, timeout_s: float = 60.0) -> httpx.Response:
         return await self._http.post(path, json=dict(body), timeout=timeout_s)
 

@@ -313,8 +313,9 @@ def _ratio(a: float, b: float) -> float:
 def compare(all_pairs: list[tuple[Round, Round]], *, prompt_tokens: int, output_tokens: int, users: int) -> Agreement:
     """Pooled and paired ratios roost/vLLM over ``(roost, vllm)`` pairs of rounds, pairs with a
     coalesced round set aside (all pairs count when more than half are; see ``degenerate``)."""
-    set_aside = [why for r, v in all_pairs if (why := r.coalesced() or v.coalesced())]
-    clean = [(r, v) for r, v in all_pairs if not (r.coalesced() or v.coalesced())]
+    why = [r.coalesced() or v.coalesced() for r, v in all_pairs]
+    set_aside = [w for w in why if w]
+    clean = [pair for pair, w in zip(all_pairs, why, strict=True) if not w]
     pairs = clean if 2 * len(clean) >= len(all_pairs) and clean else all_pairs
     rows = []
     for key, name in KEYS.items():

@@ -24,7 +24,7 @@ import contextvars
 import datetime as dt
 import re
 import threading
-from typing import Any
+from typing import Any, get_args
 
 import docker
 from docker.errors import APIError, NotFound
@@ -33,7 +33,16 @@ from docker.types import DeviceRequest, Ulimit
 
 from roost.errors import StageFailed, UserError
 from roost.hosts import HostProfile
-from roost.serve.base import LogFn, Readiness, Server, ServerInfo, ServeSpec, StartFailed, _ignore
+from roost.serve.base import (
+    LogFn,
+    Readiness,
+    RestartPolicy,
+    Server,
+    ServerInfo,
+    ServeSpec,
+    StartFailed,
+    _ignore,
+)
 from roost.serve.diagnose import Diagnosis, diagnose
 from roost.serve.docker.images import image_exists
 from roost.serve.dockerfile import LABEL_MANAGED
@@ -45,7 +54,7 @@ LABEL_MODEL = "ai.roost.model"
 LABEL_PORT = "ai.roost.port"
 MODEL_MOUNT = "/model"
 STACK_BYTES = 67108864  # the recipes' --ulimit stack=67108864 (64 MiB)
-RESTART_POLICIES = ("no", "always", "unless-stopped", "on-failure")
+RESTART_POLICIES = get_args(RestartPolicy)
 FOLLOW_DRAIN_S = 10.0
 """After ``docker stop``, how long the log stream may take to deliver its last lines and close."""
 

@@ -16,8 +16,8 @@ from roost.serve.coldload import ColdLoadFailed, cold_load, with_kv_pool
 from roost.serve.diagnose import Diagnosis, diagnose
 from roost.serve.health import HealthTimeout, ServerExited
 from roost.serve.phases import StartupPhases
+from roost.units import GiB
 
-GiB = 1024**3
 KV_LINE = (
     "(EngineCore pid=231) ERROR 11-30 08:41:07 [core.py:1099] ValueError: To serve at least one request with the "
     "model's max seq len (2048), (5.12 GiB KV cache is needed, which is larger than the available KV cache memory "

@@ -7,8 +7,7 @@ import pytest
 
 from roost.serve.diagnose import RETRYABLE, Diagnosis
 from roost.serve.policy import Decision, backoff_s, decide
-
-GiB = 1024**3
+from roost.units import GiB
 
 
 def diag(cls: str, **extra: object) -> Diagnosis:

@@ -19,6 +19,7 @@ from roost.serve.coldload import ColdLoadFailed, cold_load
 from roost.serve.docker.backend import DockerBackend
 from roost.serve.docker.containers import roost_containers
 from roost.serve.health import wait_until_ready
+from roost.units import GiB
 
 if TYPE_CHECKING:
     import docker
@@ -27,7 +28,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
 KEY = "coldload-key-0123456789"
 VLLM_ARGS = ["--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager"]
-GiB = 1024**3
 
 
 def cpu_host(name: str, base_image: str) -> HostProfile:
