@@ -423,12 +423,7 @@ def _run(
 
     with contextlib.suppress(OSError):
         partial_dir(local_dir).rmdir()  # only when empty
-    seconds = time.monotonic() - t0
-    log.info(
-        "%s@%s verified in %s: %d files, %s (fetched %s, hashed %s) in %s",
-        spec.repo_id, commit[:12], local_dir, len(records), format_bytes(total),
-        format_bytes(downloaded), format_bytes(hashed_bytes), format_seconds(seconds),
-    )
+    seconds = time.monotonic() - t0  # the caller prints DownloadResult.summary(), the one sentence of it
     return DownloadResult(
         repo_id=spec.repo_id,
         revision=spec.revision,
