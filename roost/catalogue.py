@@ -176,6 +176,13 @@ class Knee(BaseModel):
     tolerance: float = Field(default=1 - KNEE_FRACTION, description="1 - KNEE_FRACTION: how far below the peak counts.")
     saturated: bool = Field(description="A higher level was measured and added little (else: not reached yet).")
 
+    def describe(self) -> str:
+        """``4 users at 400 tok/s (peak 410 tok/s at 8)``, as the CLI and the benchmark task say it."""
+        unit = OUTPUT_THROUGHPUT.unit
+        more = "" if self.saturated else "; throughput may still grow past the highest level measured"
+        return (f"{self.concurrency} users at {fmt_value(self.output_tok_s, unit)} "
+                f"(peak {fmt_value(self.peak_output_tok_s, unit)} at {self.peak_concurrency}{more})")
+
 
 def find_knee(levels: Sequence[tuple[int, float | None]]) -> Knee | None:
     """The knee of (concurrency, aggregate output tok/s) pairs; None without a usable rate.

@@ -68,10 +68,7 @@ def benchmark_task(
         create_table_artifact(table=point_table(result.points), key="roost-benchmark-points",
                               description=f"benchmark of {model}: one row per point (definitions: roost/catalogue.py)")
     if result.knee is not None:
-        k = result.knee
-        logger.info("knee: %d users (%s aggregate); peak %s at %d users%s", k.concurrency,
-                    C.OUTPUT_THROUGHPUT.format(k.output_tok_s), C.OUTPUT_THROUGHPUT.format(k.peak_output_tok_s),
-                    k.peak_concurrency, "" if k.saturated else " (throughput may still grow past the highest level measured)")
+        logger.info("knee: %s", result.knee.describe())
     if result.failed:
         logger.error("benchmark failed: %s", "; ".join(result.errors))
         raise BenchFailed(result)

@@ -69,10 +69,7 @@ def render(result: BenchResult) -> str:
             f"{spread:>27} {_num(p.output_tok_s.median):>22} {p.requests:>4} {p.errors:>4}"
         )
     if result.knee is not None:
-        k = result.knee
-        more = "" if k.saturated else "; throughput may still grow past the highest level measured"
-        lines += ["", f"{KNEE.label}: {k.concurrency} users at {fmt_value(k.output_tok_s, OUTPUT_THROUGHPUT.unit)} "
-                      f"(peak {fmt_value(k.peak_output_tok_s, OUTPUT_THROUGHPUT.unit)} at {k.peak_concurrency}{more})"]
+        lines += ["", f"{KNEE.label}: {result.knee.describe()}"]
     lines += [f"note: {n}" for n in result.notes]
     lines += [f"error: {e}" for e in result.errors]
     return "\n".join(lines)
