@@ -43,6 +43,8 @@ class HostBlock(Block):
     headroom_bytes: int = Field(ge=0, description="Activations, CUDA graphs, allocator slack reserved in the fit check.")
     backend: Literal["docker", "process"] = Field(default="docker", description="How vLLM runs on this host.")
     base_image: str = Field(default="nvcr.io/nvidia/vllm:26.07-py3", description="vLLM base image for the build stage.")
+    xgrammar_version: str | None = Field(
+        default=None, description="xgrammar the serving image pins (empty: what the base image's vLLM requires).")
     bind_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1"],
                                   description="Addresses the vLLM port is published on.")
     docker_url: str = Field(default="unix:///var/run/docker.sock", description="The host's Docker engine.")

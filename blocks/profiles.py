@@ -45,10 +45,16 @@ class ModelProfileBlock(Block):
     kv_cache_memory_bytes: int | None = Field(default=None,
                                               description="None: the plan's smallest pool for target_concurrency.")
     target_concurrency: float = Field(default=1.5, description="Full-length requests the KV pool must hold.")
-    max_num_seqs: int | None = Field(default=None, description="vLLM --max-num-seqs (None: vLLM's default).")
+    max_num_seqs: int | None = Field(default=None, description="vLLM --max-num-seqs: the cap on running requests "
+                                     "(None: vLLM's default); also a benchmark concurrency level.")
+    max_num_batched_tokens: int | None = Field(default=None, description="vLLM --max-num-batched-tokens (None: vLLM's default).")
+    port: int | None = Field(default=None, ge=1, le=65535, description="Fixed port the server is published on "
+                             "(a gateway or Prometheus expects it; never moved); None: a free one.")
     vllm_overrides: list[str] = Field(default_factory=list, description="Extra vLLM args appended last (they win).")
     bench: dict[str, Any] = Field(default_factory=dict, description="Benchmark settings (prompt lengths, concurrency...).")
     health_timeout_s: float | None = Field(default=None, description="None: the host's timeout.")
+    mtp_ab: bool = Field(default=False, description="Benchmark again without --speculative-config (same image "
+                         "and commit): the MTP speed-up per point and the draft acceptance.")
     demo: bool = Field(default=False, description="Generated on the spot and published to a local Hub mirror.")
     hf_token_secret: str | None = Field(
         default=None, description="Name of a Prefect Secret block holding the Hub token (gated or private repos); "

@@ -58,10 +58,13 @@ PARAM_HELP: dict[str, str] = {
     "host": "The host this deployment serves on (fixed: one deployment per host and work queue).",
     "vllm_overrides": "Extra vLLM arguments appended last, e.g. [\"--max-num-seqs\", \"8\"].",
     "keep_serving": "Leave the server running after the run (rebenchmark then measures it nightly).",
-    "port": "Port for the vLLM server (empty: a free one).",
+    "port": "Port for the vLLM server (empty: the profile's fixed port, else a free one).",
     "notify": "Send the Slack notification if Slack is configured.",
-    "restart_policy": "Docker restart policy of the server container (unless-stopped with keep_serving keeps it up "
-                      "across reboots); process hosts ignore it.",
+    "restart_policy": "Docker restart policy of the server container (empty: unless-stopped with keep_serving, a "
+                      "production landing that takes it off the host's previous server; no otherwise); process "
+                      "hosts ignore it.",
+    "replace": "Stop containers roost did not start that hold the GPUs or the fixed port (refused otherwise); "
+               "stopped with restart policy no, never removed.",
 }
 
 Status = Literal["created", "updated", "unchanged"]

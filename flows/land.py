@@ -1,7 +1,7 @@
 """The ``land`` flow: a checkpoint on the Hub -> a measured vLLM server, top to bottom.
 
-    download -> integrity audit (+ KV plan) -> container build -> serve -> health-wait
-             -> benchmark -> report (+ Slack)
+    download -> integrity audit (+ KV plan) -> container build -> host check -> serve -> health-wait
+             -> vision probe (towers) -> benchmark -> MTP A/B (when asked) -> report (+ Slack)
 
 Each step is a stage in ``flows/stages.py`` (one Prefect task each, in ``tasks/<stage>.py``); this
 file chains them and guarantees the teardown: the server it started is stopped whatever happened
@@ -25,15 +25,17 @@ from flows.stages import (
     download_stage,
     fail_unexpected,
     finish,
+    host_check_stage,
+    mtp_ab_stage,
     new_record,
     report_stage,
     serve_stage,
     stage,
+    vision_stage,
 )
 from roost.errors import RoostError
-from roost.net import free_port
 from roost.serve.backends import backend_for
-from roost.serve.base import RestartPolicy, Server, ServeSpec, check_vllm_args
+from roost.serve.base import RestartPolicy, Server, check_vllm_args
 from tasks.host_slot import ensure_host_limit, host_slot
 
 
@@ -46,9 +48,18 @@ def land(
     keep_serving: bool = False,
     port: int | None = None,
     notify: bool = True,
-    restart_policy: RestartPolicy = "no",
+    restart_policy: RestartPolicy | None = None,
+    replace: bool = False,
+    mtp_ab: bool | None = None,
 ) -> dict[str, Any]:
-    """Land ``profile`` on ``host`` and measure it. Returns the run record (as JSON-able dict)."""
+    """Land ``profile`` on ``host`` and measure it. Returns the run record (as JSON-able dict).
+
+    ``port``: None serves on the profile's fixed port if it has one, else a free one. ``restart_policy``:
+    None is ``unless-stopped`` when ``keep_serving`` (a production landing; the policy moves off the
+    host's previous server) and ``no`` otherwise. ``replace``: stop containers roost did not start
+    that hold the GPUs or the fixed port (refused otherwise). ``mtp_ab``: after the benchmark, benchmark
+    again without ``--speculative-config`` (same image and commit); None: the profile's ``mtp_ab``.
+    """
     logger = get_run_logger()
     overrides = list(vllm_overrides or [])
     check_vllm_args(overrides, source="vllm_overrides")
@@ -68,14 +79,19 @@ def land(
             with stage(record, "host-slot"):                                   # one server per host
                 ensure_host_limit(host_p.name)
                 teardown.enter_context(host_slot(host_p.name))
-            spec = ServeSpec(model_dir=checkpoint.model_dir, served_model_name=prof.served_model_name,
-                             port=port or free_port(), vllm_args=plan.vllm_args, restart_policy=restart_policy)
-            loaded = serve_stage(record, backend, spec, key, prepared,        # 4+5. serve + health-wait
+            spec = prof.serve_spec(checkpoint.model_dir, plan.vllm_args, port=port, keep_serving=keep_serving,
+                                   restart_policy=restart_policy)
+            host_check_stage(record, backend, spec, plan, replace=replace)      # 4. occupants, memory
+            loaded = serve_stage(record, backend, spec, key, prepared,        # 5+6. serve + health-wait
                                  prof.health_timeout_s or host_p.health_timeout_s)
             server = loaded.server
             if not keep_serving:
                 teardown.callback(_stop, server)
-            benchmark_stage(record, server.base_url, prof, key)                # 6. benchmark
+            vision_stage(record, plan, server.base_url, key, prof.served_model_name)  # 6b. image request (towers)
+            benchmark_stage(record, server.base_url, prof, key)                # 7. benchmark
+            if prof.mtp_ab if mtp_ab is None else mtp_ab:                      # 7b. again without MTP
+                mtp_ab_stage(record, backend, loaded, key, prepared, prof,
+                             prof.health_timeout_s or host_p.health_timeout_s, keep_serving=keep_serving)
         except RoostError as exc:
             logger.error("run failed at %s: %s", record.failed_stage or "setup", exc)
             failure = exc
@@ -84,7 +100,7 @@ def land(
             raise
         finally:
             teardown.close()                                                    # stop the server, free the slot
-            report_stage(record, notify, prof)                                  # 7. report (failed runs too) + Slack
+            report_stage(record, notify, prof)                                  # 8. report (failed runs too) + Slack
     return finish(record, "land", failure)
 
 

@@ -7,8 +7,12 @@ the run record (:func:`stage`) and returns what the next stage needs as a typed 
     audit_stage    -> ServePlan          (the audit, the KV plan and the vLLM arguments; stops the run
                                           on an error finding or a pool vLLM would refuse)
     build_stage    -> Prepared           (the serving image, or nothing to build)
+    host_check_stage                     (refuse occupants roost did not start, or stop them with
+                                          --replace; stop roost's own server; the memory left)
     serve_stage    -> ColdLoad           (a healthy server; failed cold loads classified and retried)
+    vision_stage                         (an image request when a vision tower is served; fails the run if refused)
     benchmark_stage                      (points and per-request rows into the record and the store)
+    mtp_ab_stage                         (the same image again without --speculative-config: speed-up, acceptance)
     report_stage                         (store, compare with the baseline, report files, artifacts, Slack)
     finish         -> the record as JSON (or the failure, with its exit code)
 
@@ -30,18 +34,25 @@ from pydantic import BaseModel, SecretStr
 
 import roost
 from blocks.resolve import load_vllm_api_key
+from roost import catalogue as C
+from roost.bench import mtp
+from roost.bench.validity import stream_ceiling_tok_s
 from roost.errors import RoostError, StageFailed
 from roost.hosts import HostProfile
 from roost.hub.snapshot import DownloadResult
-from roost.plan.inputs import PlanInputs
+from roost.plan.args import parse_overrides
 from roost.plan.preflight import PlanRefused, PlanReport
 from roost.plan.report import AuditReport
 from roost.profiles import ModelProfile
-from roost.records import RunMeta, RunRecord, StageTiming
+from roost.records import MtpAB, RunMeta, RunRecord, SpecAcceptance, StageTiming, VisionProbe
 from roost.serve.base import Backend, Prepared, Readiness, Server, ServeSpec
 from roost.serve.coldload import ColdLoad, ColdLoadFailed, cold_load
+from roost.serve.occupancy import memory_refusal, occupancy_refusal
+from roost.serve.vision import VisionProbeFailed, needs_probe
 from roost.settings import checkpoint_dir
 from roost.store import append_requests
+from roost.units import format_memory
+from roost.vllm import prometheus, specdecode_log
 from roost.vllm.client import VllmClient, run_sync
 from tasks.audit import audit_task, plan_task
 from tasks.benchmark import BenchFailed, benchmark_task
@@ -52,6 +63,7 @@ from tasks.local_hub import local_hub_task
 from tasks.notify import notify_task
 from tasks.report import report_task
 from tasks.serve import serve_task
+from tasks.vision_probe import vision_probe_task
 
 
 @contextlib.contextmanager
@@ -146,13 +158,10 @@ def audit_stage(record: RunRecord, prof: ModelProfile, host: HostProfile, checkp
     plan says vLLM would refuse to start or the host cannot hold it: no cold load is spent on either.
     """
     logger = get_run_logger()
-    extra = [*prof.vllm_overrides, *(overrides or [])]
     with stage(record, "audit") as st:
         audit_state = audit_task(str(checkpoint.model_dir), host.name, return_state=True)
         audit: AuditReport = audit_state.result()
-        inputs = PlanInputs(served_model_name=prof.served_model_name, max_model_len=prof.max_model_len,
-                            kv_cache_memory_bytes=prof.kv_cache_memory_bytes,
-                            target_concurrency=prof.target_concurrency, vllm_overrides=extra)
+        inputs = prof.plan_inputs(overrides)
         plan_state = plan_task(str(checkpoint.model_dir), host.name, audit, inputs, return_state=True)
         plan: PlanReport = plan_state.result()
         record.audit, record.plan = audit.to_json(), plan.to_json()
@@ -164,7 +173,7 @@ def audit_stage(record: RunRecord, prof: ModelProfile, host: HostProfile, checkp
             logger.info("audit and plan: cached (checkpoint files unchanged since they were computed)")
         if audit.errors:
             raise StageFailed("audit", "; ".join(f"{f.code}: {f.message}" for f in audit.errors))
-        vllm_args = [*plan.vllm_args, *extra]
+        vllm_args = list(plan.vllm_args)  # derived + the profile's serving settings + overrides
         record.meta.vllm_args = vllm_args
         refusal = plan.refusal()
         if refusal is not None:
@@ -181,13 +190,45 @@ def build_stage(record: RunRecord, backend: Backend) -> Prepared:
     with stage(record, "build") as st:
         prepared = build_task(backend)
         record.meta.image, record.meta.image_digest = prepared.image, prepared.image_digest
+        record.meta.xgrammar_version = prepared.xgrammar_version
+        record.meta.vllm_version = prepared.vllm_version or record.meta.vllm_version  # the server's, once it answers
         st.cached, st.note = prepared.cached, prepared.note
         if prepared.skipped:
             st.status = "skipped"
     return prepared
 
 
-# --- 4+5. serve and health-wait ---------------------------------------------------------------------
+# --- 4. host check ----------------------------------------------------------------------------------
+
+
+def host_check_stage(record: RunRecord, backend: Backend, spec: ServeSpec, plan: ServePlan, *,
+                     replace: bool = False) -> None:
+    """Before a cold load: refuse (``HostBusy``) when something roost did not start holds the GPUs
+    or the fixed port, unless ``replace`` (then stop it: restart policy ``no``, stopped, kept);
+    stop roost's own server on the host (one per host; its restart policy moves to ``no``); refuse
+    (``HostMemoryShort``) when the memory left cannot hold weights + KV pool + headroom."""
+    logger = get_run_logger()
+    notes = record.serve.host_check
+    with stage(record, "host-check"):
+        occupants = backend.occupants(spec)
+        refusal = occupancy_refusal(occupants, backend.host.name, replace=replace)
+        if refusal is not None:
+            raise refusal
+        for occ in occupants:
+            backend.release(occ, log=logger.warning)
+            notes.append(f"stopped {occ.describe()} (--replace; restart policy now no)")
+        notes += [f"stopped roost's {what}" for what in backend.retire(spec, log=logger.info)]
+        needed = plan.plan.fit.total_bytes
+        available = backend.available_memory_bytes()
+        notes.append(f"memory: {format_memory(available) if available is not None else 'unknown'} available, "
+                     f"plan needs {format_memory(needed)} (weights + KV pool + headroom)")
+        logger.info("host check: %s", "; ".join(notes))
+        short = memory_refusal(available, needed, backend.host.name)
+        if short is not None:
+            raise short
+
+
+# --- 5+6. serve and health-wait ---------------------------------------------------------------------
 
 
 def serve_stage(record: RunRecord, backend: Backend, spec: ServeSpec, key: SecretStr, prepared: Prepared,
@@ -227,10 +268,15 @@ def _observe(record: RunRecord, loaded: ColdLoad, key: SecretStr) -> None:
     record.failure_class, record.remediation = "", ""
     record.meta.vllm_args = list(loaded.spec.vllm_args)
     obs = record.serve
+    obs.restart_policy = loaded.spec.restart_policy
     obs.attempts = list(loaded.attempts)
     obs.logged_kv_cache_tokens = loaded.facts.kv_cache_tokens
     obs.logged_max_concurrency = loaded.facts.max_concurrency
     obs.logged_block_size = loaded.facts.attention_block_size
+    obs.logged_weights_gib, obs.logged_model_load_s = loaded.facts.model_load_gib, loaded.facts.model_load_s
+    obs.attention_backends = list(loaded.facts.attention_backends)
+    obs.moe_backends = list(loaded.facts.moe_backends)
+    obs.explained_log_lines = [e.model_dump() for e in loaded.facts.explained]
     obs.start_to_healthy_s = loaded.readiness.completion_ok_s
     obs.health_detect_delay_s = loaded.readiness.detect_delay_s
     obs.load_s, obs.compile_s, obs.ready_s = loaded.phases.load_s, loaded.phases.compile_s, loaded.phases.ready_s
@@ -247,14 +293,14 @@ def server_version(base_url: str, key: SecretStr) -> str:
     return run_sync(ask)
 
 
-# --- 6. benchmark -----------------------------------------------------------------------------------
+# --- 7. benchmark -----------------------------------------------------------------------------------
 
 
 def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: SecretStr,
                     served_model_name: str | None = None) -> None:
     """Benchmark the server into ``record.points`` and store one row per request; a sweep cut short
     by a dead server keeps (and stores) every row it measured before failing the stage."""
-    settings = {**({"max_num_seqs": prof.max_num_seqs} if prof.max_num_seqs else {}), **prof.bench}
+    settings = bench_settings(record, prof, record.meta.vllm_args)
     with stage(record, "benchmark"):
         try:
             bench = benchmark_task(base_url, served_model_name or prof.served_model_name, settings, key)
@@ -266,7 +312,105 @@ def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: S
         append_requests(record.meta, bench.request_rows())
 
 
-# --- 7. report --------------------------------------------------------------------------------------
+# --- after the health-wait: the vision probe ---------------------------------------------------------
+
+
+def vision_stage(record: RunRecord, plan: ServePlan, base_url: str, key: SecretStr, served_model_name: str,
+                 timeout_s: float = 300.0) -> None:
+    """When the checkpoint ships a vision tower and the server runs without ``--language-model-only``:
+    one chat request with a generated PNG must succeed (``roost.serve.vision``), else the landing fails
+    with ``vision_probe_failed``. A text-only checkpoint records nothing."""
+    if not needs_probe(plan.audit.visual_tensor_count, record.meta.vllm_args):
+        return
+    with stage(record, "vision-probe") as st:
+        result: VisionProbe = vision_probe_task(base_url, served_model_name, key, timeout_s)
+        record.vision_probe = result
+        st.note = f"{'passed' if result.ok else 'failed'} in {C.VISION_PROBE_LATENCY.format(result.latency_s)}"
+        if not result.ok:
+            raise VisionProbeFailed(result)
+
+
+# --- after the benchmark: the MTP A/B ---------------------------------------------------------------
+
+
+def bench_settings(record: RunRecord, prof: ModelProfile, vllm_args: list[str]) -> dict[str, Any]:
+    """The benchmark settings for a server run with ``vllm_args``: its --max-num-seqs cap as a level,
+    the stream ceiling (roofline x (speculative tokens + 1)), then the profile's ``bench``."""
+    cap = parse_overrides(vllm_args).max_num_seqs
+    ceiling = stream_ceiling_tok_s(record.decode_ceiling_tok_s, vllm_args)
+    return {**({"max_num_seqs": cap} if cap else {}), **({"decode_ceiling_tok_s": ceiling} if ceiling else {}),
+            **prof.bench}
+
+
+def spec_acceptance(server: Server, key: SecretStr) -> SpecAcceptance | None:
+    """Draft acceptance over the server's life so far (health-wait, warm-up, benchmark): its
+    ``/metrics`` counters, else the engine's SpecDecoding log lines; None when neither has any."""
+
+    async def scrape() -> str | None:
+        async with VllmClient(server.base_url, api_key=key.get_secret_value() or None) as client:
+            return await client.metrics_text()
+
+    text = run_sync(scrape)
+    counters = prometheus.spec_counters(prometheus.parse_text(text)) if text else None
+    if counters is not None:
+        return mtp.acceptance(counters, "metrics")
+    logged = specdecode_log.aggregate(specdecode_log.parse_lines(server.logs()))
+    return mtp.acceptance(logged, "log") if logged is not None else None
+
+
+def mtp_ab_stage(record: RunRecord, backend: Backend, loaded: ColdLoad, key: SecretStr, prepared: Prepared,
+                 prof: ModelProfile, timeout_s: float, *, keep_serving: bool = False) -> Server | None:
+    """Benchmark the same image and commit again without ``--speculative-config``, and compare point by
+    point (``roost.bench.mtp``) into ``record.mtp_ab``, with the speculative run's draft acceptance.
+
+    Stops the speculative server (``loaded``) first: one server per host. The baseline server is
+    always stopped. With ``keep_serving`` the speculative server is started again and returned (the
+    landing leaves it serving); else None. Skipped (with a warning) when the server runs without
+    ``--speculative-config``.
+    """
+    logger = get_run_logger()
+    args = list(loaded.spec.vllm_args)
+    config = mtp.speculative_config(args)
+    with stage(record, "mtp-ab") as st:
+        if config is None:
+            st.status, st.note = "skipped", "the server runs without --speculative-config: nothing to compare"
+            logger.warning("MTP A/B: %s", st.note)
+            return None
+        ab = MtpAB(speculative_config=config, baseline_vllm_args=mtp.without_speculative(args),
+                   acceptance=spec_acceptance(loaded.server, key))
+        record.mtp_ab = ab
+        loaded.server.stop()
+        logger.info("MTP A/B: speculative server stopped; starting without --speculative-config (same image)")
+        base = _cold_load(backend, loaded.spec.model_copy(update={"vllm_args": ab.baseline_vllm_args}), key,
+                          prepared, timeout_s)
+        try:
+            ab.baseline_start_to_healthy_s = base.readiness.completion_ok_s
+            settings = bench_settings(record, prof, ab.baseline_vllm_args)
+            try:
+                bench = benchmark_task(base.server.base_url, prof.served_model_name, settings, key)
+            except BenchFailed as exc:
+                ab.baseline_points = exc.result.points
+                ab.points = mtp.compare(record.points, ab.baseline_points)
+                raise
+            ab.baseline_points = bench.points
+            ab.points = mtp.compare(record.points, bench.points)
+        finally:
+            base.server.stop()
+        st.note = mtp.describe(ab)
+        logger.info("MTP A/B: %s", st.note)
+    if not keep_serving:
+        return None
+    with stage(record, "mtp-ab-restore"):
+        return _cold_load(backend, loaded.spec, key, prepared, timeout_s).server
+
+
+def _cold_load(backend: Backend, spec: ServeSpec, key: SecretStr, prepared: Prepared, timeout_s: float) -> ColdLoad:
+    """A cold load outside the serving stage (its attempts are not the landing's)."""
+    return cold_load(lambda s: serve_task(backend, s, key, prepared), lambda srv: health_wait_task(srv, key, timeout_s),
+                     spec, log=get_run_logger().warning)
+
+
+# --- 8. report --------------------------------------------------------------------------------------
 
 
 def report_stage(record: RunRecord, notify: bool, prof: ModelProfile | None = None) -> None:

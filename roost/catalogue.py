@@ -15,7 +15,25 @@ Per request (a streamed chat completion; names follow ``vllm bench serve``)
                    several tokens, as with speculative decoding, is one gap).
 ``e2el_s``         end-to-end latency: request sent -> last token chunk.
 ``decode_tok_s``   per-request (per-user) decode rate, ``1 / tpot_s``: what the recipes publish.
+``prefill_tok_s``  prefill rate, ``prompt_tokens / ttft_s``: what the recipes quote for prompt
+                   processing (~4,975 tok/s around an 8K prompt, falling to ~2,303 at 250K).
+                   TTFT also holds the first decode step and any queueing, so at concurrency
+                   it reads lower than the engine's prefill.
 =================  ==========================================================================
+
+A completed request whose decode timing is **unmeasurable** (its decode rate exceeds the
+roofline ceiling, or its tokens arrived in a burst: ``roost/bench/validity.py`` has the rule and
+its thresholds) keeps its row but is left out of ``tpot_s``, ``itl_s`` and ``decode_tok_s``;
+each point counts them (``unmeasurable_requests``).
+
+Per point, from the server's ``/metrics`` (scraped before and after, polled during)
+-----------------------------------------------------------------------------------
+============================  ===============================================================
+``num_requests_running_max``  the most requests vLLM ran at once during the point (peak of
+                              ``vllm:num_requests_running``); ``--max-num-seqs`` caps it.
+``num_requests_waiting_max``  the most requests queued at once (peak of
+                              ``vllm:num_requests_waiting``): above 0, users past the cap waited.
+============================  ===============================================================
 
 Per step (the requests sent together at one point, one value per repeat)
 -----------------------------------------------------------------------
@@ -43,6 +61,12 @@ Per run
 ``max_concurrency``      vLLM's logged "Maximum concurrency for L tokens per request: Xx".
 ``start_to_healthy_s``   server start -> the first completion answered (cold start).
 ``error_requests``       benchmark requests that failed.
+``mtp_speedup@prompt=N``  the MTP A/B: median decode rate with --speculative-config / without, same
+                         image and commit, N-token prompt, one user (``@concurrency=C``: aggregate
+                         output rates); the headline is the point nearest 2,048 tokens.
+``spec_acceptance_rate`` accepted / draft tokens over the speculative run, in %.
+``vision_probe_latency_s`` one chat request with an image, after the health-wait (vision towers).
+``unmeasurable_requests`` completed requests whose decode timing was unmeasurable (see above).
 ======================== ======================================================================
 
 Percentiles interpolate linearly between closest ranks (``numpy.percentile``'s default, which
@@ -133,6 +157,8 @@ E2EL = Metric(name="e2el_s", label="end-to-end latency", unit="s", direction=L,
               definition="request sent -> last token chunk")
 DECODE = Metric(name="decode_tok_s", label="decode tok/s", unit="tok/s", direction=H,
                 definition="(completion_tokens - 1) / (t_last - t_first) = 1 / TPOT: per-user decode rate")
+PREFILL = Metric(name="prefill_tok_s", label="prefill tok/s", unit="tok/s", direction=H,
+                 definition="prompt_tokens / TTFT: prompt tokens processed per second up to the first token")
 OUTPUT_THROUGHPUT = Metric(name="output_tok_s", label="aggregate output tok/s", unit="tok/s", direction=H,
                            definition="completion tokens of a step's completed requests / wall time of the step")
 REQUEST_RATE = Metric(name="request_rate", label="requests/s", unit="req/s", direction=H,
@@ -155,12 +181,41 @@ START_TO_HEALTHY = Metric(name="start_to_healthy_s", label="cold start to /healt
 ERROR_REQUESTS = Metric(name="error_requests", label="failed benchmark requests", unit="requests", direction=L,
                         definition="benchmark requests that failed (HTTP error, cut stream, time-out)",
                         abs_floor=0.5)
+UNMEASURABLE = Metric(name="unmeasurable_requests", label="unmeasurable decode timings", unit="requests",
+                      direction=None,
+                      definition="completed requests whose decode rate exceeded the roofline ceiling or whose tokens "
+                                 "arrived in a burst: left out of TPOT, ITL and decode tok/s")
+PEAK_RUNNING = Metric(name="num_requests_running_max", label="peak running", unit="requests", direction=None,
+                      definition="the most requests vLLM ran at once during the point (vllm:num_requests_running)")
+PEAK_WAITING = Metric(name="num_requests_waiting_max", label="peak waiting", unit="requests", direction=None,
+                      definition="the most requests queued at once during the point (vllm:num_requests_waiting)")
+QUEUE_TIME = Metric(name="request_queue_time_s_mean", label="mean queue time", unit="s", direction=None,
+                    definition="mean time a request of the point waited for a running slot (vLLM's "
+                               "vllm:request_queue_time_seconds histogram: sum / count over the point); counted, "
+                               "not sampled, so a queue shorter than the gauge poll still shows")
 
-PER_REQUEST: tuple[Metric, ...] = (TTFT, TPOT, ITL, E2EL, DECODE)
+QUEUED_S = 0.01
+"""A point *queued* when its requests waited this long on average for a running slot (past
+``--max-num-seqs`` or the KV pool), or the waiting gauge was seen above 0; scheduling alone takes
+well under a millisecond."""
+
+PER_REQUEST: tuple[Metric, ...] = (TTFT, TPOT, ITL, E2EL, DECODE, PREFILL)
 PER_STEP: tuple[Metric, ...] = (OUTPUT_THROUGHPUT, REQUEST_RATE)
+PER_POINT_SERVER: tuple[Metric, ...] = (PEAK_RUNNING, PEAK_WAITING, QUEUE_TIME)
 CATALOGUE: dict[str, Metric] = {m.name: m for m in (
-    *PER_REQUEST, *PER_STEP, PEAK_OUTPUT, KNEE, DECODE_CEILING, DECODE_PCT_OF_CEILING, KV_CACHE_TOKENS,
-    MAX_CONCURRENCY, START_TO_HEALTHY, ERROR_REQUESTS)}
+    *PER_REQUEST, *PER_STEP, *PER_POINT_SERVER, PEAK_OUTPUT, KNEE, DECODE_CEILING, DECODE_PCT_OF_CEILING,
+    KV_CACHE_TOKENS, MAX_CONCURRENCY, START_TO_HEALTHY, ERROR_REQUESTS, UNMEASURABLE)}
+
+# The MTP A/B (roost/bench/mtp.py): the same image and commit with and without --speculative-config.
+MTP_SPEEDUP = Metric(name="mtp_speedup", label="MTP speed-up", unit="x", direction=H,
+                     definition="rate with --speculative-config / rate without, same image and commit: per-user "
+                                "decode tok/s at a prompt length (one user), aggregate output tok/s at a concurrency")
+SPEC_ACCEPTANCE = Metric(name="spec_acceptance_rate", label="draft acceptance", unit="%", direction=H,
+                         definition="accepted / draft tokens x 100 over the speculative run (vllm:spec_decode_* "
+                                    "counters, else the engine's SpecDecoding log lines)", abs_floor=1.0)
+VISION_PROBE_LATENCY = Metric(name="vision_probe_latency_s", label="vision probe", unit="s", direction=None,
+                              definition="one chat request with a 64x64 PNG image_url: sent -> answer")
+CATALOGUE |= {m.name: m for m in (MTP_SPEEDUP, SPEC_ACCEPTANCE, VISION_PROBE_LATENCY)}
 
 
 # --- the knee ---------------------------------------------------------------------------------------

@@ -9,16 +9,23 @@ only picks the values out of a :class:`~roost.records.RunRecord`:
 - :func:`run_metrics` gives every metric the regression check compares: one per benchmark point
   (``decode_tok_s@prompt=N``, ``ttft_s@prompt=N``, ``output_tok_s@concurrency=C``) plus the run-level
   ``peak_output_tok_s``, ``start_to_healthy_s`` and ``error_requests``.
+  With an MTP A/B, the speed-up at every paired point (``mtp_speedup@prompt=N``,
+  ``mtp_speedup@concurrency=C``) and ``spec_acceptance_rate`` too.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel
 
 from roost import catalogue as C
+from roost.bench import mtp
 from roost.catalogue import REFERENCE_PROMPT_TOKENS, Metric, find_knee
+from roost.errors import UserError
+from roost.plan.args import parse_overrides
 from roost.records import BenchPoint, RunRecord
 
 
@@ -48,6 +55,12 @@ class Headline(BaseModel):
     points: int = 0
     requests: int = 0
     error_requests: int = 0
+    unmeasurable_requests: int = 0
+    mtp_speedup: float | None = None
+    mtp_speedup_prompt_tokens: int | None = None
+    spec_acceptance_rate: float | None = None
+    vision_probe_ok: bool | None = None
+    vision_probe_latency_s: float | None = None
 
 
 class HeadlineRow(BaseModel):
@@ -74,8 +87,10 @@ def concurrency_points(record: RunRecord) -> list[BenchPoint]:
 
 
 def reference_point(record: RunRecord) -> BenchPoint | None:
-    """The prompt-length point nearest ``REFERENCE_PROMPT_TOKENS`` that has a decode rate."""
-    pts = [p for p in prompt_points(record) if p.decode_tok_s.median is not None]
+    """The prompt-length point nearest ``REFERENCE_PROMPT_TOKENS`` that has a decode rate; when none
+    has one (every decode timing unmeasurable), the nearest with a TTFT, so the TTFT is still reported."""
+    measured = [p for p in prompt_points(record) if p.ttft_s.median is not None]
+    pts = [p for p in measured if p.decode_tok_s.median is not None] or measured
     if not pts:
         return None
     return min(pts, key=lambda p: (abs(p.prompt_tokens - REFERENCE_PROMPT_TOKENS), p.prompt_tokens))
@@ -84,6 +99,15 @@ def reference_point(record: RunRecord) -> BenchPoint | None:
 def knee_of(points: list[BenchPoint]) -> C.Knee | None:
     """The knee of concurrency points (``roost.catalogue.find_knee``)."""
     return find_knee([(p.concurrency, p.output_tok_s.median) for p in points])
+
+
+def max_num_seqs(record: RunRecord) -> int | None:
+    """The server's ``--max-num-seqs`` (its cap on running requests) from the run's vLLM args; None
+    when not set (vLLM's default) or unreadable."""
+    try:
+        return parse_overrides(record.meta.vllm_args).max_num_seqs
+    except UserError:
+        return None
 
 
 def pct_of_ceiling(decode_tok_s: float | None, ceiling_tok_s: float | None) -> float | None:
@@ -99,6 +123,7 @@ def headline(record: RunRecord) -> Headline:
     knee = knee_of(concurrency_points(record))
     decode = ref.decode_tok_s.median if ref else None
     return Headline(
+        **_spec_and_vision(record),
         decode_tok_s=decode,
         ttft_s=ref.ttft_s.median if ref else None,
         reference_prompt_tokens=ref.prompt_tokens if ref else None,
@@ -115,11 +140,81 @@ def headline(record: RunRecord) -> Headline:
         points=len([p for p in record.points if not p.skipped]),
         requests=sum(p.requests for p in record.points),
         error_requests=sum(p.errors for p in record.points),
+        unmeasurable_requests=sum(p.unmeasurable for p in record.points),
     )
 
 
+def point_name(p: BenchPoint) -> str:
+    """``2,048-token prompt`` or ``24 concurrent``: a point as the summaries name it."""
+    return f"{p.prompt_tokens:,}-token prompt" if p.kind == "prompt_length" else f"{p.concurrency} concurrent"
+
+
+UNMEASURABLE_POINTS_SHOWN = 3
+"""The headline names this many points with unmeasurable requests, then says how many more."""
+
+
+def unmeasurable_text(record: RunRecord) -> str:
+    """``2 of 67 (128-token prompt: 2)``: unmeasurable decode timings, and where ("" when none)."""
+    total = sum(p.unmeasurable for p in record.points)
+    if not total:
+        return ""
+    where = [f"{point_name(p)}: {p.unmeasurable}" for p in record.points if p.unmeasurable]
+    more = len(where) - UNMEASURABLE_POINTS_SHOWN
+    shown = ", ".join(where[:UNMEASURABLE_POINTS_SHOWN]) + (f", {more} more point{'s' if more > 1 else ''}" if more > 0 else "")
+    return f"{total:,} of {sum(p.requests for p in record.points):,} ({shown})"
+
+
+def _spec_and_vision(record: RunRecord) -> dict[str, Any]:
+    """The Headline fields of the MTP A/B and the vision probe (None when the run had none)."""
+    out: dict[str, Any] = {}
+    ab = record.mtp_ab
+    if ab is not None:
+        ref = mtp.reference(ab)
+        if ref is not None:
+            out["mtp_speedup"], out["mtp_speedup_prompt_tokens"] = ref.speedup, ref.prompt_tokens
+        if ab.acceptance is not None and ab.acceptance.rate is not None:
+            out["spec_acceptance_rate"] = 100.0 * ab.acceptance.rate
+    if record.vision_probe is not None:
+        out["vision_probe_ok"] = record.vision_probe.ok
+        out["vision_probe_latency_s"] = record.vision_probe.latency_s
+    return out
+
+
+def _spec_and_vision_rows(h: Headline, row: Callable[..., HeadlineRow]) -> list[HeadlineRow]:
+    """Rows for the MTP A/B (speed-up at the reference prompt, draft acceptance) and the vision
+    probe, only when the run has them."""
+    rows = []
+    if h.mtp_speedup is not None and h.mtp_speedup_prompt_tokens is not None:
+        rows.append(row(C.MTP_SPEEDUP.at_prompt(h.mtp_speedup_prompt_tokens), h.mtp_speedup, compared=True))
+    if h.spec_acceptance_rate is not None:
+        rows.append(row(C.SPEC_ACCEPTANCE, h.spec_acceptance_rate, compared=True))
+    if h.vision_probe_ok is not None:
+        status = "passed" if h.vision_probe_ok else "FAILED"
+        rows.append(row(C.VISION_PROBE_LATENCY, h.vision_probe_latency_s,
+                        f"{status} in {C.VISION_PROBE_LATENCY.format(h.vision_probe_latency_s)}"))
+    return rows
+
+
+def spec_metrics(record: RunRecord) -> list[Measured]:
+    """The MTP A/B's compared metrics: the speed-up at every paired point and the draft acceptance."""
+    ab = record.mtp_ab
+    if ab is None:
+        return []
+    out = []
+    for p in mtp.prompt_points(ab):
+        if _finite(p.speedup):
+            out.append(Measured(metric=C.MTP_SPEEDUP.at_prompt(p.prompt_tokens), value=float(p.speedup or 0.0)))
+    for p in mtp.concurrency_points(ab):
+        if _finite(p.speedup):
+            out.append(Measured(metric=C.MTP_SPEEDUP.at_concurrency(p.concurrency), value=float(p.speedup or 0.0)))
+    if ab.acceptance is not None and _finite(ab.acceptance.rate):
+        out.append(Measured(metric=C.SPEC_ACCEPTANCE, value=100.0 * float(ab.acceptance.rate or 0.0)))
+    return out
+
+
 def headline_rows(record: RunRecord) -> list[HeadlineRow]:
-    """The headline numbers, in the order and with the labels every output uses."""
+    """The headline numbers, in the order and with the labels every output uses. The unmeasurable
+    decode timings have a row only when there were some."""
     h = headline(record)
     ref = h.reference_prompt_tokens
     decode = C.DECODE.at_prompt(ref) if ref else C.DECODE
@@ -144,9 +239,12 @@ def headline_rows(record: RunRecord) -> list[HeadlineRow]:
             f"{h.knee_concurrency} concurrent ({C.OUTPUT_THROUGHPUT.format(h.knee_output_tok_s)})"),
         row(C.KV_CACHE_TOKENS, h.logged_kv_cache_tokens and float(h.logged_kv_cache_tokens), kv),
         row(C.MAX_CONCURRENCY, h.logged_max_concurrency),
+        *_spec_and_vision_rows(h, row),
         row(C.START_TO_HEALTHY, h.start_to_healthy_s, compared=True),
         row(C.ERROR_REQUESTS, float(h.error_requests) if h.requests else None,
             f"{h.error_requests:,} of {h.requests:,}", compared=True),
+        *([row(C.UNMEASURABLE, float(h.unmeasurable_requests), unmeasurable_text(record))]
+          if h.unmeasurable_requests else []),
     ]
 
 
@@ -176,6 +274,7 @@ def run_metrics(record: RunRecord) -> list[Measured]:
         out.append(Measured(metric=C.START_TO_HEALTHY, value=float(record.serve.start_to_healthy_s or 0.0)))
     if record.points:
         out.append(Measured(metric=C.ERROR_REQUESTS, value=float(sum(p.errors for p in record.points))))
+    out += spec_metrics(record)
     seen: set[str] = set()
     unique = []
     for m in out:  # two points with the same prompt length or concurrency: the first one counts
@@ -185,4 +284,5 @@ def run_metrics(record: RunRecord) -> list[Measured]:
     return unique
 
 
-__all__ = ["Headline", "HeadlineRow", "Measured", "headline", "headline_rows", "run_metrics"]
+__all__ = ["Headline", "HeadlineRow", "Measured", "headline", "headline_rows", "max_num_seqs", "point_name",
+           "run_metrics", "unmeasurable_text"]

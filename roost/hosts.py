@@ -28,6 +28,9 @@ class HostProfile(BaseModel):
     headroom_bytes: int = Field(ge=0, description="Activations, CUDA graphs, allocator slack reserved in the fit check.")
     backend: Literal["docker", "process"] = "docker"
     base_image: str = "nvcr.io/nvidia/vllm:26.07-py3"
+    xgrammar_version: str | None = Field(
+        default=None, description="xgrammar the serving image pins; None: what the base image's vLLM requires "
+        "(read from the image at build time).")
     bind_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1"])
     docker_url: str = "unix:///var/run/docker.sock"
     health_timeout_s: float = 900.0
@@ -42,6 +45,9 @@ SPARK = HostProfile(
     usable_bytes=114 * GiB,
     headroom_bytes=8 * GiB,
     backend="docker",
+    # the Ornith 1.5 recipe's BIND_ADDRS: loopback, and the Docker bridge so a gateway or Prometheus in a
+    # container on this host reaches vLLM; never a public address (clients go through the gateway)
+    bind_addrs=["127.0.0.1", "172.17.0.1"],
 )
 
 CPU = HostProfile(

@@ -7,13 +7,20 @@ Ornith 1.5 35B-A3B NVFP4) plus the embedded local demo.
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from roost.bench import WINDOW_MAX
 from roost.errors import UserError
 from roost.hub.patterns import DEFAULT_ALLOW_PATTERNS, DEFAULT_IGNORE_PATTERNS
+from roost.plan.inputs import PlanInputs
 from roost.regress import RegressConfig
+
+if TYPE_CHECKING:
+    from roost.serve.base import ServeSpec
+    from roost.serve.occupancy import RestartPolicy
 
 
 class ModelProfile(BaseModel):
@@ -29,10 +36,16 @@ class ModelProfile(BaseModel):
     max_model_len: int | None = Field(default=None, description="None: the model's native window.")
     kv_cache_memory_bytes: int | None = Field(default=None, description="None: the plan's smallest pool for target_concurrency.")
     target_concurrency: float = Field(default=1.5, description="Full-length requests the KV pool must hold.")
-    max_num_seqs: int | None = None
+    max_num_seqs: int | None = Field(default=None, description="vLLM --max-num-seqs: the scheduler's cap on running "
+                                     "requests (None: vLLM's default); also a benchmark concurrency level.")
+    max_num_batched_tokens: int | None = Field(default=None, description="vLLM --max-num-batched-tokens (None: vLLM's default).")
+    port: int | None = Field(default=None, ge=1, le=65535, description="A fixed port the server is published on (a "
+                             "gateway or Prometheus expects it there; never moved); None: a free one.")
     vllm_overrides: list[str] = Field(default_factory=list, description="Extra vLLM args appended last (they win).")
     bench: dict[str, Any] = Field(default_factory=dict, description="BenchSettings fields (roost.bench.sweep).")
     health_timeout_s: float | None = Field(default=None, description="None: the host profile's timeout.")
+    mtp_ab: bool = Field(default=False, description="After the benchmark, restart without --speculative-config "
+                         "(same image and commit) and benchmark again: the MTP speed-up and draft acceptance.")
     demo: bool = Field(default=False, description="Generated on the spot and published to a local Hub mirror.")
     hf_token_secret: str | None = Field(
         default=None, description="Name of a Prefect Secret block holding the Hub token; None: HF_TOKEN (or none).")
@@ -50,6 +63,27 @@ class ModelProfile(BaseModel):
     def regress_config(self) -> RegressConfig:
         return RegressConfig.model_validate(self.regress)
 
+    def plan_inputs(self, overrides: list[str] | None = None) -> PlanInputs:
+        """What the plan is asked for when this profile lands: its sizing and serving settings, then its
+        ``vllm_overrides`` and the run's ``overrides`` (appended last: they win)."""
+        return PlanInputs(served_model_name=self.served_model_name, max_model_len=self.max_model_len,
+                          kv_cache_memory_bytes=self.kv_cache_memory_bytes, target_concurrency=self.target_concurrency,
+                          max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                          vllm_overrides=[*self.vllm_overrides, *(overrides or [])])
+
+    def serve_spec(self, model_dir: Path, vllm_args: list[str], *, port: int | None = None, keep_serving: bool = False,
+                   restart_policy: RestartPolicy | None = None) -> ServeSpec:
+        """How this profile's server starts: on ``port`` if given (a taken one is moved), else on the
+        profile's fixed port (never moved), else a free one; ``unless-stopped`` when it keeps serving
+        (production) unless the run asks for another policy (``roost.serve.occupancy``)."""
+        from roost.net import free_port
+        from roost.serve.base import ServeSpec
+        from roost.serve.occupancy import restart_policy_for
+
+        return ServeSpec(model_dir=model_dir, served_model_name=self.served_model_name,
+                         port=port or self.port or free_port(), fixed_port=port is None and self.port is not None,
+                         vllm_args=list(vllm_args), restart_policy=restart_policy_for(keep_serving, restart_policy))
+
 
 LOCAL = ModelProfile(
     name="local",
@@ -58,6 +92,7 @@ LOCAL = ModelProfile(
     host="cpu",
     max_model_len=2048,
     kv_cache_memory_bytes=1024**3,
+    max_num_seqs=2,  # below the top benchmark level, so the report shows requests queueing past the cap
     vllm_overrides=["--dtype", "bfloat16"],
     bench={"prompt_lengths": [128, 1024], "output_tokens": 64, "concurrency": [1, 4], "repeats": 2, "warmup": 2},
     demo=True,
@@ -70,8 +105,8 @@ ORNITH_35B = ModelProfile(
     host="spark",
     kv_cache_memory_bytes=8 * 1024**3,
     max_num_seqs=16,
-    vllm_overrides=["--max-num-batched-tokens", "8192"],
-    bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000], "output_tokens": 256,
+    max_num_batched_tokens=8192,
+    bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX], "output_tokens": 256,
            "concurrency": [1, 16, 20, 24], "repeats": 3},
     health_timeout_s=1200,
 )
@@ -82,7 +117,7 @@ ORNITH_9B = ModelProfile(
     served_model_name="ornith9b",
     host="spark",
     kv_cache_memory_bytes=12 * 1024**3,
-    bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000], "output_tokens": 256,
+    bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX], "output_tokens": 256,
            "concurrency": [1, 16, 20, 24], "repeats": 3},
     health_timeout_s=900,
 )
@@ -94,7 +129,9 @@ ORNITH_15_NVFP4 = ModelProfile(
     host="spark",
     kv_cache_memory_bytes=4 * 1024**3,
     max_num_seqs=20,
-    bench={"prompt_lengths": [512, 2048, 8192, 32768], "output_tokens": 512,
+    port=8004,  # the recipe's: the metering gateway and Prometheus scrape it there
+    mtp_ab=True,  # the recipe measured MTP at +41% decode at one user, shrinking under load
+    bench={"prompt_lengths": [512, 2048, 8192, 32768, WINDOW_MAX], "output_tokens": 512,
            "concurrency": [1, 16, 20, 24], "repeats": 3},
     health_timeout_s=900,
 )

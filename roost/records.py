@@ -17,10 +17,11 @@ Schema history:
 from __future__ import annotations
 
 import datetime as dt
+import math
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 SCHEMA_VERSION = 2
 
@@ -70,6 +71,7 @@ class RunMeta(BaseModel):
     image: str = ""
     image_digest: str = Field(default="", description="Docker image id/digest; empty for the process backend.")
     vllm_version: str = ""
+    xgrammar_version: str = Field(default="", description="The xgrammar the serving image pins (docker); '' otherwise.")
     vllm_args: list[str] = Field(default_factory=list)
     prefect_flow_run_id: str = ""
 
@@ -104,12 +106,27 @@ class ServeObservation(BaseModel):
     logged_kv_cache_tokens: int | None = None
     logged_max_concurrency: float | None = None
     logged_block_size: int | None = None
+    logged_weights_gib: float | None = Field(
+        default=None, description="Weights in memory as vLLM's model runner measured them (\"Model loading took X GiB\").")
+    logged_model_load_s: float | None = Field(
+        default=None, description="Model init + weight load as vLLM's model runner timed it (\"... and Y seconds\").")
+    attention_backends: list[str] = Field(
+        default_factory=list, description="Attention backends vLLM picked, as its enum names (FLASH_ATTN...), in log order.")
+    moe_backends: list[str] = Field(
+        default_factory=list, description="MoE kernels vLLM picked, e.g. 'FlashInfer CUTLASS (Unquantized MoE)'.")
+    explained_log_lines: list[dict[str, str]] = Field(
+        default_factory=list, description="Informational lines vLLM logged, each {key, line, meaning} "
+        "(roost.serve.vllm_log.EXPLAINED).")
     start_to_healthy_s: float | None = None
     load_s: float | None = Field(default=None, description="Start -> weights loaded.")
     compile_s: float | None = Field(default=None, description="Weights loaded -> engine ready (profile, compile, warm-up).")
     ready_s: float | None = Field(default=None, description="Engine ready -> /health 200 seen by roost.")
     health_detect_delay_s: float | None = Field(default=None, description="/health first 200 -> roost noticed.")
     attempts: list[StartAttempt] = Field(default_factory=list, description="One entry per start attempt.")
+    restart_policy: str = Field(default="", description="The server's restart policy (containers; '' before it was kept).")
+    host_check: list[str] = Field(
+        default_factory=list, description="What the host check before the cold load found and did: memory available "
+        "against the plan, servers stopped (restart policy moved), occupants stopped with --replace.")
 
 
 class Distribution(BaseModel):
@@ -135,9 +152,12 @@ STATISTICS: tuple[str, ...] = ("count", "mean", "median", "min", "max", "p10", "
 class BenchPoint(BaseModel):
     """One benchmark point (a prompt length or a concurrency level), aggregated over its requests.
 
-    Per-request metrics (``ttft_s``, ``tpot_s``, ``itl_s``, ``e2el_s``, ``decode_tok_s``) pool the
-    completed requests of every repeat; per-step metrics (``output_tok_s``, ``request_rate``) have
-    one value per repeat. Their definitions are in ``roost/catalogue.py``.
+    Per-request metrics (``ttft_s``, ``tpot_s``, ``itl_s``, ``e2el_s``, ``decode_tok_s``,
+    ``prefill_tok_s``) pool the completed requests of every repeat (the decode timings only the
+    measurable ones: ``unmeasurable``); per-step metrics (``output_tok_s``, ``request_rate``) have
+    one value per repeat; ``peak_running`` and ``peak_waiting`` are the server's gauges
+    (``metrics_delta``, named by ``roost.vllm.prometheus.step_delta``). Their definitions are in
+    ``roost/catalogue.py``.
     """
 
     kind: Literal["prompt_length", "concurrency"]
@@ -152,11 +172,16 @@ class BenchPoint(BaseModel):
     repeats: int | None = None
     thinking: bool | None = Field(default=None, description="chat_template_kwargs.enable_thinking of the requests.")
     usage_missing: int = Field(default=0, description="Requests whose token count came from chunks, not usage.")
+    unmeasurable: int = Field(default=0, description="Completed requests whose decode timing was unmeasurable "
+                              "(roost/bench/validity.py): left out of tpot_s, itl_s and decode_tok_s.")
+    unmeasurable_reasons: str = Field(default="", description="Why, counted: '1 above the roofline ceiling, "
+                                      "1 delivered in a burst' ('' when none).")
     ttft_s: Distribution = Field(default_factory=Distribution)
     tpot_s: Distribution = Field(default_factory=Distribution)
     itl_s: Distribution = Field(default_factory=Distribution)
     e2el_s: Distribution = Field(default_factory=Distribution)
     decode_tok_s: Distribution = Field(default_factory=Distribution)
+    prefill_tok_s: Distribution = Field(default_factory=Distribution, description="prompt tokens / TTFT per request.")
     output_tok_s: Distribution = Field(default_factory=Distribution, description="Aggregate tok/s, one value per repeat.")
     request_rate: Distribution = Field(default_factory=Distribution, description="Requests/s, one value per repeat.")
     metrics_delta: dict[str, float] = Field(default_factory=dict, description="/metrics counters after - before.")
@@ -170,12 +195,33 @@ class BenchPoint(BaseModel):
         return data
 
     @property
+    def peak_running(self) -> float | None:
+        """The most requests the server ran at once during the point (``metrics_delta``), if scraped."""
+        return self.metrics_delta.get("num_requests_running_max")
+
+    @property
+    def peak_waiting(self) -> float | None:
+        """The most requests queued at once during the point (``metrics_delta``), if scraped."""
+        return self.metrics_delta.get("num_requests_waiting_max")
+
+    @property
+    def queue_time_s(self) -> float | None:
+        """Mean time the point's requests waited for a running slot (``metrics_delta``), if scraped."""
+        return self.metrics_delta.get("request_queue_time_s_mean")
+
+    def queued(self, threshold_s: float) -> bool:
+        """Did requests wait for a running slot: the waiting gauge seen above 0, or a mean queue time of
+        at least ``threshold_s`` (``roost.catalogue.QUEUED_S``)?"""
+        return (self.peak_waiting or 0) > 0 or (self.queue_time_s or 0.0) >= threshold_s
+
+    @property
     def measured(self) -> bool:
         """Not skipped, and at least one request completed."""
         return not self.skipped and self.requests > self.errors
 
 
-DISTRIBUTIONS: tuple[str, ...] = ("ttft_s", "tpot_s", "itl_s", "e2el_s", "decode_tok_s", "output_tok_s", "request_rate")
+DISTRIBUTIONS: tuple[str, ...] = ("ttft_s", "tpot_s", "itl_s", "e2el_s", "decode_tok_s", "prefill_tok_s", "output_tok_s",
+                                  "request_rate")
 """The :class:`BenchPoint` fields that are distributions."""
 
 # Schema 1: the flat fields and the (metric, statistic) they held. ``output_tok_s`` and
@@ -209,6 +255,64 @@ def upgrade_point(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class PointSpeedup(BaseModel):
+    """One benchmark point of the MTP A/B (``roost.bench.mtp``): its rate with and without speculative
+    decoding on the same image and commit."""
+
+    kind: Literal["prompt_length", "concurrency"]
+    prompt_tokens: int = Field(description="The asked-for prompt length (what pairs the two runs' points).")
+    concurrency: int
+    metric: Literal["decode_tok_s", "output_tok_s"] = Field(
+        description="decode_tok_s (per-user decode) at prompt-length points, output_tok_s (aggregate) at concurrency points.")
+    with_spec: float | None = None
+    without_spec: float | None = None
+    acceptance_rate: float | None = Field(default=None, description="Accepted / draft tokens during the point (0..1).")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def speedup(self) -> float | None:
+        """with / without (1.41 is +41%); None unless both runs measured a positive rate."""
+        a, b = self.with_spec, self.without_spec
+        if a is None or b is None or b <= 0 or not (math.isfinite(a) and math.isfinite(b)):
+            return None
+        return a / b
+
+
+class SpecAcceptance(BaseModel):
+    """Draft acceptance of a speculative run, overall and per draft position (vLLM's definitions)."""
+
+    source: Literal["metrics", "log"] = Field(description="/metrics counters, or the engine's SpecDecoding log lines.")
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    rate: float | None = Field(default=None, description="Accepted / draft tokens (0..1).")
+    mean_acceptance_length: float | None = Field(default=None, description="1 + accepted / drafts (bonus token included).")
+    per_position: list[float] = Field(default_factory=list, description="Accepted at draft position i / drafts.")
+
+
+class MtpAB(BaseModel):
+    """The MTP A/B of one run: the speculative config switched off, the points paired, the acceptance."""
+
+    speculative_config: str = Field(description="The --speculative-config value the run served with.")
+    baseline_vllm_args: list[str] = Field(default_factory=list, description="The arguments of the run without it.")
+    points: list[PointSpeedup] = Field(default_factory=list)
+    acceptance: SpecAcceptance | None = None
+    baseline_points: list[BenchPoint] = Field(default_factory=list, description="The benchmark without speculative decoding.")
+    baseline_start_to_healthy_s: float | None = None
+
+
+class VisionProbe(BaseModel):
+    """One chat request with an image (``roost.serve.vision``), sent after the health-wait to a server
+    whose checkpoint ships a vision tower."""
+
+    ok: bool
+    latency_s: float | None = None
+    status_code: int | None = None
+    image_bytes: int = Field(default=0, description="Size of the PNG sent (as a data URL).")
+    completion_tokens: int | None = None
+    error: str = ""
+
+
 class RunRecord(BaseModel):
     """Everything one pipeline run established. Written to ``results/`` and rendered as the report.
 
@@ -229,6 +333,8 @@ class RunRecord(BaseModel):
     serve: ServeObservation = Field(default_factory=ServeObservation)
     points: list[BenchPoint] = Field(default_factory=list)
     decode_ceiling_tok_s: float | None = None
+    mtp_ab: MtpAB | None = Field(default=None, description="With and without --speculative-config (roost.bench.mtp).")
+    vision_probe: VisionProbe | None = Field(default=None, description="The image request after the health-wait.")
     report_path: str = ""
 
     @model_validator(mode="before")

@@ -8,3 +8,7 @@
 
 Talking to the server (streaming, timestamps, ``/metrics``) is ``roost.vllm``'s job.
 """
+
+WINDOW_MAX = 0
+"""In ``prompt_lengths``: the largest prompt the served window admits (the recipes' 261,224-token
+request that proves the window). Here, so a model profile can name it without loading the engine."""

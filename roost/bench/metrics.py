@@ -1,7 +1,7 @@
 """The formulas of roost's benchmark numbers, as pure functions over one record per request.
 
-What each number means (TTFT, TPOT, ITL, end-to-end latency, decode tok/s, aggregate output
-tok/s, request rate; how other tools name them) is defined once, in ``roost/catalogue.py``; this
+What each number means (TTFT, TPOT, ITL, end-to-end latency, decode tok/s, prefill tok/s,
+aggregate output tok/s, request rate; how other tools name them) is defined once, in ``roost/catalogue.py``; this
 module computes them, with one test each in ``tests/roost/bench/test_bench_metrics.py``. The
 client (``roost/vllm/client.py``) only records timestamps and counts into a
 :class:`~roost.vllm.stream.RequestRecord` (a *token chunk* is defined in ``roost/vllm/stream.py``);
@@ -15,7 +15,10 @@ together, timed from the first send to the last completion.
 
 Percentiles are linear interpolation between closest ranks (``numpy.percentile``'s default, which
 ``vllm bench serve`` uses); p50 is the median. Only completed requests (no error) enter the
-distributions, as in ``vllm bench serve``; failed ones are counted in ``errors``.
+distributions, as in ``vllm bench serve``; failed ones are counted in ``errors``. A completed request
+whose decode timing is *unmeasurable* (faster than the roofline ceiling, or delivered in a burst:
+``roost/bench/validity.py``) stays in TTFT, end-to-end latency, prefill and the throughputs but is
+left out of TPOT, ITL and decode tok/s, and is counted in ``unmeasurable``.
 
 vLLM stamps TTFT at the first chunk that has ``choices`` (the role chunk); in vLLM's server the
 role chunk and the first token are written back to back, so the two agree to microseconds — the
@@ -30,6 +33,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel
 
+from roost.bench.validity import Kind, unmeasurable
 from roost.records import Distribution
 from roost.vllm.stream import RequestRecord
 
@@ -75,6 +79,14 @@ def itl(r: RequestRecord) -> list[float]:
     """Inter-token latencies: the gaps between consecutive token chunks (s)."""
     ts = r.token_times
     return [b - a for a, b in itertools.pairwise(ts)]
+
+
+def prefill_tok_s(r: RequestRecord) -> float | None:
+    """Prefill rate: usage ``prompt_tokens`` / TTFT (tok/s)."""
+    t = ttft(r)
+    if t is None or t <= 0 or not r.prompt_tokens:
+        return None
+    return r.prompt_tokens / t
 
 
 # --- per step ---------------------------------------------------------------------------------
@@ -161,11 +173,14 @@ class PointStats(BaseModel):
     requests: int
     errors: int
     usage_missing: int
+    unmeasurable: int
+    unmeasurable_kinds: list[Kind]
     ttft: Distribution
     tpot: Distribution
     itl: Distribution
     e2el: Distribution
     decode_tok_s: Distribution
+    prefill_tok_s: Distribution
     prompt_tokens: Distribution
     output_tokens: Distribution
     output_throughput: Distribution
@@ -173,19 +188,31 @@ class PointStats(BaseModel):
     wall_s: Distribution
 
 
-def point_stats(steps: Sequence[Step]) -> PointStats:
-    """Aggregate the repeats of one point (see :class:`PointStats`)."""
+def point_stats(steps: Sequence[Step], ceiling_tok_s: float | None = None) -> PointStats:
+    """Aggregate the repeats of one point (see :class:`PointStats`); ``ceiling_tok_s`` is the fastest
+    one stream can decode (``roost.bench.validity.stream_ceiling_tok_s``), None when unknown."""
     records = [r for s in steps for r in s.records]
     done = completed(records)
+    kinds: list[Kind] = []
+    timed: list[RequestRecord] = []  # completed and measurable: the decode-timing distributions
+    for r in done:
+        why = unmeasurable(r, ceiling_tok_s)
+        if why is None:
+            timed.append(r)
+        else:
+            kinds.append(why.kind)
     return PointStats(
         requests=len(records),
         errors=sum(1 for r in records if r.error),
         usage_missing=sum(1 for r in records if r.usage_missing),
+        unmeasurable=len(kinds),
+        unmeasurable_kinds=kinds,
         ttft=summarize(ttft(r) for r in done),
-        tpot=summarize(tpot(r) for r in done),
-        itl=summarize(g for r in done for g in itl(r)),
+        tpot=summarize(tpot(r) for r in timed),
+        itl=summarize(g for r in timed for g in itl(r)),
         e2el=summarize(e2el(r) for r in done),
-        decode_tok_s=summarize(decode_tok_s(r) for r in done),
+        decode_tok_s=summarize(decode_tok_s(r) for r in timed),
+        prefill_tok_s=summarize(prefill_tok_s(r) for r in done),
         prompt_tokens=summarize(float(r.prompt_tokens) for r in done if r.prompt_tokens is not None),
         output_tokens=summarize(float(n) for r in done if (n := output_tokens(r)) is not None),
         output_throughput=summarize(output_throughput(s.records, s.wall_s) for s in steps),

@@ -10,15 +10,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from roost.bench import (
+    WINDOW_MAX as WINDOW_MAX,  # re-exported: 0 in prompt_lengths = the largest the window admits
+)
 from roost.bench import metrics as M
+from roost.bench.validity import unmeasurable
 from roost.catalogue import Knee
 from roost.errors import StageFailed, UserError
 from roost.records import BenchPoint
 from roost.vllm.client import RequestBudget
 from roost.vllm.stream import RequestRecord
-
-WINDOW_MAX = 0
-"""In ``prompt_lengths``: the largest prompt the served window admits."""
 
 RECIPE_PROMPT_LENGTHS = [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX]
 """The single-stream sweep of the Ornith 1.0 recipes (0.5K to 250K-token prompts, then the window)."""
@@ -56,6 +57,10 @@ class BenchSettings(BaseModel):
     ttft_timeout_base_s: float = Field(default=60.0, gt=0)
     min_prefill_tok_s: float = Field(default=100.0, gt=0, description="Slowest prefill tolerated before a time-out.")
     min_decode_tok_s: float = Field(default=1.0, gt=0, description="Slowest per-request decode tolerated.")
+    decode_ceiling_tok_s: float | None = Field(
+        default=None, gt=0,
+        description="Fastest one stream can decode (roost.bench.validity.stream_ceiling_tok_s: the roofline, times "
+        "the tokens a speculative step emits); a request measured faster is unmeasurable. None: not judged.")
     stall_timeout_s: float = Field(default=120.0, gt=0, description="Longest silence mid-stream.")
     connect_timeout_s: float = Field(default=10.0, gt=0)
     metrics_poll_s: float = Field(default=2.0, ge=0, description="Gauge polling period during a step; 0 = off.")
@@ -132,7 +137,12 @@ class BenchResult(BaseModel):
         return self.status == "failed"
 
     def request_rows(self) -> list[dict[str, Any]]:
-        """One flat row per request, with its metrics (times in seconds, relative to its send)."""
+        """One flat row per request, with its metrics (times in seconds, relative to its send).
+
+        A row's ``decode_tok_s``, ``tpot_s`` and ``itl_s_max`` are what the client saw even when
+        ``unmeasurable_reason`` says they are not a measurement (``roost/bench/validity.py``; "" when
+        they are): the point's distributions leave such requests out.
+        """
         rows = []
         for r in self.requests:
             row = r.model_dump(exclude={"token_times", "t_sent", "t_first", "t_last", "t_end"})
@@ -144,8 +154,10 @@ class BenchResult(BaseModel):
                 tpot_s=M.tpot(r),
                 e2el_s=M.e2el(r),
                 decode_tok_s=M.decode_tok_s(r),
+                prefill_tok_s=M.prefill_tok_s(r),
                 token_chunks=len(r.token_times),
                 itl_s_max=max(M.itl(r), default=None),
+                unmeasurable_reason=why.reason if (why := unmeasurable(r, self.settings.decode_ceiling_tok_s)) else "",
             )
             rows.append(row)
         return rows

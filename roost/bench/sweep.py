@@ -58,6 +58,7 @@ from roost.bench.settings import (
     Progress,
     make_settings,
 )
+from roost.bench.validity import describe_counts, unmeasurable
 from roost.errors import UserError
 from roost.headline import knee_of
 from roost.records import BenchPoint, utcnow
@@ -312,7 +313,7 @@ class _Run:
                     skip_reason = f"rejected by the server: {rejected[0].error}"
                     break
                 await self.check_alive(st, f"{label}, repeat {rep + 1}")
-                await self.report(f"{label}, repeat {rep + 1}/{self.s.repeats}: {_step_line(st)}")
+                await self.report(f"{label}, repeat {rep + 1}/{self.s.repeats}: {_step_line(st, self.s.decode_ceiling_tok_s)}")
         finally:
             after = await self.scrape()
             self.result.points.append(
@@ -336,11 +337,13 @@ class _Run:
             index += 1
 
 
-def _step_line(st: Step) -> str:
+def _step_line(st: Step, ceiling_tok_s: float | None = None) -> str:
     done = M.completed(st.records)
     parts = []
     ttfts = [t for r in done if (t := M.ttft(r)) is not None]
-    rates = [d for r in done if (d := M.decode_tok_s(r)) is not None]
+    timed = [r for r in done if unmeasurable(r, ceiling_tok_s) is None]
+    odd = len(done) - len(timed)
+    rates = [d for r in timed if (d := M.decode_tok_s(r)) is not None]
     if ttfts:
         parts.append(f"TTFT p50 {M.median(ttfts):.3f} s")
     if rates:
@@ -351,6 +354,8 @@ def _step_line(st: Step) -> str:
     errors = sum(1 for r in st.records if r.error)
     if errors:
         parts.append(f"{errors} errors")
+    if odd:
+        parts.append(f"{odd} unmeasurable decode timing{'s' if odd > 1 else ''}")
     return ", ".join(parts) or "no completed request"
 
 
@@ -363,7 +368,7 @@ def _point(
     delta: dict[str, float],
     skip_reason: str,
 ) -> BenchPoint:
-    st = M.point_stats(steps)
+    st = M.point_stats(steps, s.decode_ceiling_tok_s)
     measured_prompt = st.prompt_tokens.median
     return BenchPoint(
         kind=kind,
@@ -378,11 +383,14 @@ def _point(
         repeats=len(steps),
         thinking=s.thinking,
         usage_missing=st.usage_missing,
+        unmeasurable=st.unmeasurable,
+        unmeasurable_reasons=describe_counts(st.unmeasurable_kinds),
         ttft_s=st.ttft,
         tpot_s=st.tpot,
         itl_s=st.itl,
         e2el_s=st.e2el,
         decode_tok_s=st.decode_tok_s,
+        prefill_tok_s=st.prefill_tok_s,
         output_tok_s=st.output_throughput,
         request_rate=st.request_throughput,
         metrics_delta=delta,

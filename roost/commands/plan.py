@@ -1,4 +1,5 @@
-"""``roost plan PATH --kv-cache-memory-bytes N``: predict vLLM's KV-cache sizing before serving.
+"""``roost plan PATH --kv-cache-memory-bytes N`` / ``roost plan PATH --profile P``: predict vLLM's
+KV-cache sizing before serving; with a profile, the server's whole argument list too.
 
 Prints the block size, the "KV cache size: N tokens" and "Maximum concurrency" figures vLLM will log,
 the smallest pool that holds one full-length request, and whether weights + pool fit the host.
@@ -13,18 +14,25 @@ from typing import Annotated
 import typer
 
 from roost.commands._common import echo_json, fail, user_errors
+from roost.errors import UserError
 
 
 def plan(
     path: Annotated[Path, typer.Argument(help="Checkpoint directory (config.json + *.safetensors).")],
     kv_cache_memory_bytes: Annotated[
-        int, typer.Option("--kv-cache-memory-bytes", help="KV pool in bytes, as passed to vLLM.", min=1)
-    ],
+        int | None, typer.Option("--kv-cache-memory-bytes", help="KV pool in bytes, as passed to vLLM "
+                                 "(default with --profile: the profile's).", min=1)
+    ] = None,
     max_model_len: Annotated[
         int | None,
-        typer.Option("--max-model-len", help="Tokens per request (default: the model's native window).", min=1),
+        typer.Option("--max-model-len", help="Tokens per request (default: the profile's, else the model's native window).",
+                     min=1),
     ] = None,
-    host: Annotated[str, typer.Option("--host", help="Host profile: spark or cpu.")] = "spark",
+    profile: Annotated[str | None, typer.Option(
+        "--profile", help="Plan as `land` would for this model profile: its pool, window, --max-num-seqs, "
+        "--max-num-batched-tokens and overrides; vllm_args is then the server's whole argument list.")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Host profile: spark, cpu... (default: the profile's, "
+                                             "else spark).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Predict vLLM's KV-cache sizing and check the fit for one checkpoint, pool and host."""
@@ -34,9 +42,15 @@ def plan(
     from roost.plan.inputs import PlanInputs
     from roost.plan.preflight import plan_checkpoint
     from roost.plan.report import audit_for_host
+    from roost.profiles import get_profile
 
-    target = get_host(host)
-    inputs = PlanInputs(kv_cache_memory_bytes=kv_cache_memory_bytes, max_model_len=max_model_len)
+    if profile is None and kv_cache_memory_bytes is None:
+        raise UserError("give --kv-cache-memory-bytes N, or --profile P to plan as that profile lands")
+    prof = get_profile(profile) if profile is not None else None
+    target = get_host(host or (prof.host if prof is not None else "spark"))
+    inputs = prof.plan_inputs() if prof is not None else PlanInputs()
+    inputs = inputs.model_copy(update={k: v for k, v in (("kv_cache_memory_bytes", kv_cache_memory_bytes),
+                                                         ("max_model_len", max_model_len)) if v is not None})
     result = plan_checkpoint(audit_for_host(path, target), target, inputs)
     if as_json:
         echo_json(result.to_json())

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated, Any, cast, get_args
 
 import typer
 
 from roost import catalogue as C
-from roost.commands._common import echo_json, user_errors
+from roost.commands._common import echo_json, fail, user_errors
 from roost.errors import UserError
 from roost.headline import headline_rows
-from roost.hosts import get_host
+from roost.hosts import HostProfile, get_host
 from roost.net import require_free_port
 from roost.profiles import ModelProfile, get_profile
 from roost.records import RunRecord
@@ -35,9 +36,24 @@ def run(
         "--vllm-arg", help="An extra vLLM argument after the plan's (repeatable; write it as --vllm-arg=--enforce-eager "
         "or --vllm-arg=--max-num-seqs=8). Keys never go here: VLLM_API_KEY or the Secret block.")] = None,
     keep_serving: Annotated[bool, typer.Option("--keep-serving", help="Leave the server running after the run.")] = False,
-    restart_policy: Annotated[str, typer.Option(
+    restart_policy: Annotated[str | None, typer.Option(
         "--restart-policy", help="Docker restart policy of the server container: no, always, unless-stopped, "
-        "on-failure (with --keep-serving, unless-stopped keeps it up across reboots).")] = "no",
+        "on-failure (default: unless-stopped with --keep-serving, a production landing that takes the policy off "
+        "the host's previous server; no otherwise; --restart-policy no for a one-off kept server).")] = None,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="Stop containers roost did not start that hold the GPUs or the profile's fixed port "
+        "(refused otherwise); they are stopped with restart policy no, never removed.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Audit and plan the downloaded checkpoint, print the full serve specification (image, "
+        "arguments, environment variable names, ports, bind addresses, restart policy, mounts) and exit; nothing "
+        "is downloaded, built or started.")] = False,
+    model_dir: Annotated[Path | None, typer.Option(
+        "--model-dir", help="With --dry-run: the checkpoint directory to plan from (default: where land downloads "
+        "the profile's repo).")] = None,
+    mtp_ab: Annotated[bool | None, typer.Option(
+        "--mtp-ab/--no-mtp-ab", help="After the benchmark, restart without --speculative-config (same image and "
+        "commit) and benchmark again: speed-up per point and draft acceptance (default: the profile's; on for "
+        "ornith-1.5-35b-a3b-nvfp4).")] = None,
     notify: Annotated[bool, typer.Option("--notify/--no-notify", help="Send Slack notifications if configured.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON.")] = False,
 ) -> None:
@@ -46,12 +62,19 @@ def run(
     else:  # unknown names fail here, before a temporary Prefect server starts
         prof = get_profile(profile)
         get_host(host or prof.host)
-    if port is not None:
-        require_free_port(port)
-    if restart_policy not in get_args(RestartPolicy):
+    if restart_policy is not None and restart_policy not in get_args(RestartPolicy):
         raise UserError(f"--restart-policy {restart_policy!r}: choose one of {', '.join(get_args(RestartPolicy))}")
+    policy = cast(RestartPolicy | None, restart_policy)
     overrides = list(vllm_arg or [])
     check_vllm_args(overrides, source="--vllm-arg")
+    if dry_run:
+        _dry_run(prof, host, model_dir, overrides, port=port, keep_serving=keep_serving, restart_policy=policy,
+                 as_json=as_json)
+        return
+    if model_dir is not None:
+        raise UserError("--model-dir goes with --dry-run only: a run downloads the profile's repo itself")
+    if port is not None:
+        require_free_port(port)
 
     # Without PREFECT_API_URL Prefect starts a temporary local server on the default SQLite database;
     # on a busy 2-core machine it needs longer than Prefect's default 20 s to come up.
@@ -63,11 +86,52 @@ def run(
     from flows.land import land
 
     record = land(profile=profile, revision=revision, host=host, vllm_overrides=overrides or None, port=port,
-                  keep_serving=keep_serving, notify=notify, restart_policy=cast(RestartPolicy, restart_policy))
+                  keep_serving=keep_serving, notify=notify, restart_policy=policy, replace=replace, mtp_ab=mtp_ab)
     if as_json:
         echo_json(record)
         return
     typer.echo(_summary(record))
+
+
+def _dry_run(prof: ModelProfile, host: str | None, model_dir: Path | None, overrides: list[str], *, port: int | None,
+             keep_serving: bool, restart_policy: RestartPolicy | None, as_json: bool) -> None:
+    """Plan the profile's checkpoint as ``land`` would and print what would be started; exit 1 when the
+    plan says vLLM would refuse (the specification is printed all the same)."""
+    from roost.plan.preflight import plan_checkpoint
+    from roost.plan.report import audit_for_host
+    from roost.serve.backends import backend_for
+    from roost.settings import checkpoint_dir
+    from roost.units import format_memory
+
+    host_p = _host(host or prof.host)
+    path = model_dir or checkpoint_dir(prof.repo_id)
+    if not (path / "config.json").is_file():
+        raise UserError(f"{path}: no checkpoint there; download it first (roost download {prof.repo_id}) "
+                        "or pass --model-dir DIR")
+    check_vllm_args(list(prof.vllm_overrides), source=f"model profile {prof.name}: vllm_overrides")
+    plan = plan_checkpoint(audit_for_host(path, host_p), host_p, prof.plan_inputs(overrides))
+    spec = prof.serve_spec(path, plan.vllm_args, port=port, keep_serving=keep_serving, restart_policy=restart_policy)
+    start = backend_for(host_p).start_plan(spec)
+    refusal = plan.refusal()
+    if as_json:
+        echo_json({"profile": prof.name, "host": host_p.name, "model_dir": str(path), "vllm_args": plan.vllm_args,
+                   "fits_host": plan.fits_host, "refusal": refusal[1] if refusal else None,
+                   "serve": start.model_dump(mode="json")})
+    else:
+        typer.echo(f"roost: dry run of {prof.name} ({prof.repo_id}) on {host_p.name}: nothing started")
+        typer.echo(start.summary())
+        typer.echo(f"  plan: weights + KV pool + headroom {format_memory(plan.fit.total_bytes)} of "
+                   f"{format_memory(plan.fit.usable_bytes)}{'' if plan.fits_host else ': DOES NOT FIT'}")
+    if refusal is not None:
+        raise fail(f"{path}: vLLM would not start: {refusal[1]}", 1)
+
+
+def _host(name: str) -> HostProfile:
+    if os.environ.get("PREFECT_API_URL"):
+        from blocks.resolve import load_host
+
+        return load_host(name)
+    return get_host(name)
 
 
 def _saved_or_builtin(profile: str, host: str | None) -> ModelProfile:

@@ -10,6 +10,8 @@
 - ``--kv-cache-dtype fp8``: when the checkpoint was calibrated for an FP8 KV cache (ModelOpt
   ``kv_cache_quant_algo: FP8``).
 - ``--served-model-name``.
+- ``--max-num-seqs`` and ``--max-num-batched-tokens``: the profile's serving settings, when set (the
+  scheduler's cap on running requests and on tokens per step; vLLM's defaults otherwise).
 
 ``parse_overrides`` reads the sizing flags back out of a profile's extra vLLM args, so the plan can
 follow them. Whether the result fits a host is :mod:`roost.plan.fit`'s.
@@ -39,6 +41,8 @@ class ServeArgs(BaseModel):
     language_model_only: bool = False
     speculative_config: dict[str, Any] | None = None
     kv_cache_dtype: str = "auto"
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -53,6 +57,10 @@ class ServeArgs(BaseModel):
             "--kv-cache-memory-bytes",
             str(self.kv_cache_memory_bytes),
         ]
+        if self.max_num_seqs is not None:
+            argv += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.max_num_batched_tokens is not None:
+            argv += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
         if self.kv_cache_dtype != "auto":
             argv += ["--kv-cache-dtype", self.kv_cache_dtype]
         if self.language_model_only:
@@ -89,6 +97,8 @@ def derive_vllm_args(
     max_model_len: int | None = None,
     kv_cache_memory_bytes: int | None = None,
     target_concurrency: float = 1.0,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> ServeArgs:
     """The vLLM arguments for this checkpoint. An explicit pool smaller than one full request is an error."""
     if not served_model_name.strip():
@@ -118,6 +128,8 @@ def derive_vllm_args(
         language_model_only=cfg.has_vision_config and visual_tensor_count == 0,
         speculative_config=dict(MTP_SPECULATIVE_CONFIG) if mtp_tensor_count > 0 else None,
         kv_cache_dtype=kv_cache_dtype_for(cfg),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
 
 
@@ -130,6 +142,8 @@ class VllmOverrides(BaseModel):
     kv_cache_dtype: str | None = None
     enable_prefix_caching: bool | None = None
     block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
 
 
 _VALUE_FLAGS = {
@@ -138,13 +152,16 @@ _VALUE_FLAGS = {
     "--dtype": "dtype",
     "--kv-cache-dtype": "kv_cache_dtype",
     "--block-size": "block_size",
+    "--max-num-seqs": "max_num_seqs",
+    "--max-num-batched-tokens": "max_num_batched_tokens",
 }
-_INT_FIELDS = {"max_model_len", "kv_cache_memory_bytes", "block_size"}
+_INT_FIELDS = {"max_model_len", "kv_cache_memory_bytes", "block_size", "max_num_seqs", "max_num_batched_tokens"}
 
 
 def parse_overrides(argv: list[str]) -> VllmOverrides:
     """Pick ``--max-model-len``, ``--kv-cache-memory-bytes``, ``--dtype``, ``--kv-cache-dtype``,
-    ``--block-size`` and ``--[no-]enable-prefix-caching`` out of an argv tail (both ``--f v`` and ``--f=v``)."""
+    ``--block-size``, ``--max-num-seqs``, ``--max-num-batched-tokens`` and ``--[no-]enable-prefix-caching``
+    out of an argv (both ``--f v`` and ``--f=v``; the last one wins)."""
     found: dict[str, Any] = {}
     i = 0
     while i < len(argv):

@@ -15,6 +15,9 @@ class PlanInputs(BaseModel):
         default=None, description="None: the smallest pool holding target_concurrency full-length requests."
     )
     target_concurrency: float = Field(default=1.0, description="Full-length requests the default pool must hold.")
+    max_num_seqs: int | None = Field(default=None, description="vLLM --max-num-seqs (None: vLLM's default).")
+    max_num_batched_tokens: int | None = Field(
+        default=None, description="vLLM --max-num-batched-tokens (None: vLLM's default).")
     vllm_overrides: list[str] = Field(
         default_factory=list, description="Extra vLLM args appended after roost's (they win; the plan follows them)."
     )

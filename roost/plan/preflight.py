@@ -8,6 +8,7 @@ weights + pool + headroom against the host's budget.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,9 +48,12 @@ class PlanReport(BaseModel):
     fits_host: bool
     decode_ceiling_tok_s: float
     kv_bytes_per_token: int
+    max_num_seqs: int | None = Field(default=None, description="The scheduler's cap on running requests (None: vLLM's default).")
+    max_num_batched_tokens: int | None = Field(default=None, description="Tokens per scheduler step (None: vLLM's default).")
     kv: KvPlan
     fit: FitCheck
-    vllm_args: list[str]
+    vllm_args: list[str] = Field(description="The whole argument list a server gets: derived, the profile's settings, "
+                                 "then the overrides (last one wins).")
     predicted_log_lines: list[str]
 
     def to_json(self) -> dict[str, Any]:
@@ -82,6 +86,9 @@ class PlanReport(BaseModel):
             f"{format_memory(self.fit.usable_bytes)}: "
             + ("fits" if self.fits_host else "DOES NOT FIT"),
             f"  decode ceiling {self.decode_ceiling_tok_s:.1f} tok/s",
+            f"  scheduler: max-num-seqs {self.max_num_seqs or 'vLLM default'}, "
+            f"max-num-batched-tokens {self.max_num_batched_tokens or 'vLLM default'}",
+            "  vLLM args: " + " ".join(shlex.quote(a) for a in self.vllm_args),
             "  vLLM will log:",
             *[f"    {line}" for line in self.predicted_log_lines],
         ]
@@ -106,7 +113,8 @@ def plan_checkpoint(
     """Predict vLLM's KV sizing and the host fit for the checkpoint ``audit`` describes.
 
     ``inputs.kv_cache_memory_bytes=None`` plans the smallest pool reaching ``target_concurrency``
-    full-length requests. ``inputs.vllm_overrides`` (appended after roost's args, so they win) may
+    full-length requests. ``inputs.max_num_seqs`` / ``max_num_batched_tokens`` (a profile's serving
+    settings) join the derived arguments. ``inputs.vllm_overrides`` (appended after those, so they win) may
     change the window, the pool, ``--dtype``, ``--kv-cache-dtype``, ``--block-size`` or prefix
     caching; the plan follows them. ``env`` is the server's environment: on the CPU backend
     ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB) replaces ``--kv-cache-memory-bytes``, and the plan uses
@@ -141,10 +149,12 @@ def plan_checkpoint(
         served_model_name=inputs.served_model_name or audit.served_model_name,
         max_model_len=L,
         kv_cache_memory_bytes=max(requested, min_pool),
+        max_num_seqs=inputs.max_num_seqs,
+        max_num_batched_tokens=inputs.max_num_batched_tokens,
     )
     # The pool asked for stays in the args even when it is too small (derived at the minimum to pass
     # its own check): the plan reports the refusal.
-    argv = args.model_copy(update={"kv_cache_memory_bytes": requested}).to_argv()
+    argv = [*args.model_copy(update={"kv_cache_memory_bytes": requested}).to_argv(), *inputs.vllm_overrides]
     fit = fit_check(audit.load_weight_bytes, pool, host)
     return PlanReport(
         path=audit.path,
@@ -161,6 +171,8 @@ def plan_checkpoint(
         fits_host=fit.fits,
         decode_ceiling_tok_s=audit.decode_ceiling_tok_s,
         kv_bytes_per_token=kv.kv_bytes_per_token,
+        max_num_seqs=ov.max_num_seqs or inputs.max_num_seqs,
+        max_num_batched_tokens=ov.max_num_batched_tokens or inputs.max_num_batched_tokens,
         kv=kv,
         fit=fit,
         vllm_args=argv,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from roost import catalogue as C
 from roost.catalogue import KNEE_FRACTION, fmt_value
-from roost.headline import concurrency_points, headline, knee_of, prompt_points
+from roost.headline import concurrency_points, headline, knee_of, max_num_seqs, prompt_points
 from roost.records import RunRecord
 from roost.regress import RegressionReport, key_of
 from roost.store.atomic import atomic_write_bytes
@@ -134,8 +134,47 @@ def ttft_vs_prompt(record: RunRecord, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def prefill_vs_prompt(record: RunRecord, path: Path) -> Path | None:
+    """Prefill tok/s (prompt tokens / TTFT; median, min-max bars) against prompt length."""
+    fig = prefill_figure(record)
+    return None if fig is None else _save(fig, path)
+
+
+def prefill_figure(record: RunRecord) -> Figure | None:
+    """The figure of :func:`prefill_vs_prompt`; None without a prefill rate."""
+    pts = [p for p in prompt_points(record) if p.prefill_tok_s.median is not None]
+    if not pts:
+        return None
+    xs = [p.prompt_tokens for p in pts]
+    ys = [float(p.prefill_tok_s.median or 0.0) for p in pts]
+    lo = [y - float(p.prefill_tok_s.min if p.prefill_tok_s.min is not None else y) for p, y in zip(pts, ys, strict=True)]
+    hi = [float(p.prefill_tok_s.max if p.prefill_tok_s.max is not None else y) - y for p, y in zip(pts, ys, strict=True)]
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=GREEN, capsize=4, lw=2, ms=7,
+                label=f"{C.PREFILL.label} (median, min–max)")
+    for x, y in zip(xs, ys, strict=True):
+        ax.annotate(fmt_value(y), (x, y), textcoords="offset points", xytext=(0, 9), ha="center", fontsize=9)
+    peak = max(range(len(ys)), key=lambda i: ys[i])
+    ax.plot([xs[peak]], [ys[peak]], marker="D", color=RED, ms=8, ls="none",
+            label=f"fastest: {fmt_value(ys[peak], C.PREFILL.unit)} at a {xs[peak]:,}-token prompt")
+    ax.set_ylim(0, max(y + h for y, h in zip(ys, hi, strict=True)) * 1.22 or 1)
+    _prompt_axis(ax, xs)
+    ax.set_ylabel(f"{C.PREFILL.label} (prompt tokens / TTFT)")
+    ax.set_title(f"Prefill rate vs prompt length — {record.meta.profile} on {record.meta.host}")
+    ax.legend(loc="lower left")
+    return fig
+
+
 def throughput_vs_concurrency(record: RunRecord, path: Path) -> Path | None:
-    """Aggregate output tok/s against concurrency, the peak and the knee marked."""
+    """Aggregate output tok/s against concurrency: the peak, the knee, the levels whose requests
+    queued (the server's peak waiting above 0) and the server's ``--max-num-seqs`` cap when known."""
+    fig = throughput_figure(record)
+    return None if fig is None else _save(fig, path)
+
+
+def throughput_figure(record: RunRecord) -> Figure | None:
+    """The figure of :func:`throughput_vs_concurrency`; None without a concurrency point."""
     pts = [p for p in concurrency_points(record) if p.output_tok_s.median is not None]
     if not pts:
         return None
@@ -158,6 +197,18 @@ def throughput_vs_concurrency(record: RunRecord, path: Path) -> Path | None:
     if knee is not None and knee.peak_concurrency != knee.concurrency:
         ax.plot([knee.peak_concurrency], [knee.peak_output_tok_s], marker="D", color=RED, ms=8, ls="none",
                 label=f"peak: {fmt_value(knee.peak_output_tok_s, 'tok/s')} @ {knee.peak_concurrency}")
+    waited = [(x, y, p) for p, x, y in zip(pts, xs, ys, strict=True) if p.queued(C.QUEUED_S)]
+    if waited:
+        ax.plot([x for x, _, _ in waited], [y for _, y, _ in waited], marker="o", ms=15, mfc="none", mec=ORANGE,
+                mew=2.2, ls="none", label="requests queued for a running slot")
+        for x, y, p in waited:
+            text = (f"queued {C.QUEUE_TIME.format(p.queue_time_s)}" if p.queue_time_s is not None
+                    else f"{fmt_value(p.peak_waiting)} waiting")
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(0, -18), ha="center", fontsize=8,
+                        color=ORANGE)
+    cap = max_num_seqs(record)
+    if cap is not None:
+        ax.axvline(cap, color=RED, ls="-.", lw=1.4, label=f"server cap: --max-num-seqs {cap}")
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     if len(xs) > 1 and max(xs) / max(min(xs), 1) >= 16:
@@ -172,7 +223,7 @@ def throughput_vs_concurrency(record: RunRecord, path: Path) -> Path | None:
     ax.set_title(f"Throughput vs concurrency — {record.meta.profile} on {record.meta.host}")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left")
-    return _save(fig, path)
+    return fig
 
 
 def timeline(record: RunRecord, path: Path) -> Path | None:

@@ -14,17 +14,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from roost import catalogue as C
+from roost.bench import mtp
 from roost.catalogue import fmt_change, fmt_value
 from roost.headline import (
     concurrency_points,
     headline,
     headline_rows,
     knee_of,
+    max_num_seqs,
     pct_of_ceiling,
+    point_name,
     prompt_points,
 )
 from roost.records import BenchPoint, RunRecord
 from roost.regress import RegressionReport, key_of
+from roost.units import GiB, format_memory
 
 
 class Para(BaseModel):
@@ -212,10 +216,105 @@ def _plan(record: RunRecord) -> Section:
     return sec
 
 
+def _weights(record: RunRecord) -> Section | None:
+    """What the weights are made of (bytes per tensor class) and the predicted working set on the host:
+    weights vLLM loads + KV pool + headroom against the host's budget (the recipes' "~82 of 114 GiB")."""
+    by_class = record.audit.get("weight_bytes_by_class")
+    fit = record.plan.get("fit")
+    if not isinstance(by_class, dict) and not isinstance(fit, dict):
+        return None
+    sec = Section(title="Weights and memory")
+    if isinstance(by_class, dict) and by_class:
+        total = sum(int(v) for v in by_class.values()) or 1
+        rows = [[code(name), format_memory(int(b)), f"{100.0 * int(b) / total:.1f}%"]
+                for name, b in sorted(by_class.items(), key=lambda kv: -int(kv[1]))]
+        rows.append(["total", format_memory(total), "100%"])
+        sec.blocks.append(Table(headers=["Tensor class", "Weights", "Share"], rows=rows, align_right=[1, 2]))
+    if isinstance(fit, dict) and fit:
+        def gib(key: str) -> str:
+            value = fit.get(key)
+            return format_memory(int(value)) if isinstance(value, int | float) else "—"
+
+        rows = [["Weights vLLM loads", gib("weight_bytes")], ["KV pool", gib("kv_cache_memory_bytes")],
+                ["Headroom (activations, graphs, allocator)", gib("headroom_bytes")],
+                ["Predicted working set", gib("total_bytes")], [f"{record.meta.host}'s budget", gib("usable_bytes")],
+                ["Left", gib("free_bytes")]]
+        sec.blocks.append(Table(headers=["Memory (plan)", "Bytes"], rows=rows, align_right=[1]))
+    if record.serve.host_check:
+        sec.blocks.append(Para(text="Host check before the cold load:"))
+        sec.blocks.append(Bullets(items=list(record.serve.host_check)))
+    return sec
+
+
+def _vllm_log(record: RunRecord) -> Section | None:
+    """What vLLM's own log said about the start: the weights it measured against the plan's, the
+    kernels it picked, and the informational lines the recipes explain (``roost.serve.vllm_log``)."""
+    s = record.serve
+    if s.logged_weights_gib is None and not (s.attention_backends or s.moe_backends or s.explained_log_lines):
+        return None
+    sec = Section(title="What vLLM measured, chose and said")
+    if s.logged_weights_gib is not None:
+        fit = record.plan.get("fit")
+        predicted = fit.get("weight_bytes") if isinstance(fit, dict) else None
+        measured = f"Weights in memory: **{s.logged_weights_gib:.2f} GiB** measured (vLLM log)"
+        if isinstance(predicted, int | float) and predicted > 0:
+            change = fmt_change(100.0 * (s.logged_weights_gib * GiB - predicted) / predicted)
+            measured += f" vs {format_memory(predicted)} predicted ({change})"
+        else:
+            measured += ", no prediction in the plan"
+        if s.logged_model_load_s is not None:
+            measured += f"; vLLM timed the model load at {s.logged_model_load_s:.1f} s"
+        sec.blocks.append(Para(text=measured + "."))
+    rows = [["Attention", ", ".join(code(b) for b in s.attention_backends) or "not logged by this vLLM"]]
+    if s.moe_backends:
+        rows.append(["MoE", ", ".join(code(b) for b in s.moe_backends)])
+    sec.blocks.append(Table(headers=["Kernels vLLM chose", "Backend"], rows=rows))
+    if s.explained_log_lines:
+        sec.blocks.append(Para(text="Informational lines in vLLM's log, explained:"))
+        sec.blocks.append(Bullets(items=[f"{code(e.get('line', ''))}: {e.get('meaning', '')}"
+                                         for e in s.explained_log_lines]))
+    return sec
+
+
 def _point_range(p: BenchPoint) -> str:
     if p.decode_tok_s.min is None or p.decode_tok_s.max is None:
         return "—"
     return f"{fmt_value(p.decode_tok_s.min)}–{fmt_value(p.decode_tok_s.max)}"
+
+
+def _ok(p: BenchPoint) -> str:
+    """``3/3``, or ``3/3 (1 unmeasurable)`` when some decode timings were unmeasurable."""
+    return f"{p.requests - p.errors}/{p.requests}" + (f" ({p.unmeasurable} unmeasurable)" if p.unmeasurable else "")
+
+
+def _unmeasurable_note(pts: list[BenchPoint]) -> Para | None:
+    """Which points had unmeasurable decode timings and why (None when none had)."""
+    items = [f"{point_name(p)}: {p.unmeasurable} of {p.requests - p.errors}"
+             + (f" ({p.unmeasurable_reasons})" if p.unmeasurable_reasons else "") for p in pts if p.unmeasurable]
+    if not items:
+        return None
+    return Para(text=f"**{C.UNMEASURABLE.label[:1].upper() + C.UNMEASURABLE.label[1:]}** — {'; '.join(items)}. "
+                     f"Left out of decode tok/s, TPOT and ITL (the rule: {code('roost/bench/validity.py')}).")
+
+
+def _queueing_note(record: RunRecord, pts: list[BenchPoint]) -> Para | None:
+    """The server's cap on running requests and the levels whose requests queued past it."""
+    cap = max_num_seqs(record)
+    seen = [p for p in pts if p.peak_waiting is not None or p.queue_time_s is not None]
+    waited = [p for p in seen if p.queued(C.QUEUED_S)]
+    parts = []
+    if cap is not None:
+        parts.append(f"The server runs at most {cap} requests at once ({code(f'--max-num-seqs {cap}')}).")
+    if waited:
+        levels = ", ".join(f"{p.concurrency} ({C.QUEUE_TIME.format(p.queue_time_s)} mean queue time)"
+                           if p.queue_time_s is not None else f"{p.concurrency} ({_f(p.peak_waiting)} waiting)"
+                           for p in waited)
+        parts.append(f"Requests queued at {levels} concurrent: those users waited for a running slot instead "
+                     "of decoding.")
+    elif seen:
+        parts.append(f"No request queued at any level (mean queue time under {C.QUEUE_TIME.format(C.QUEUED_S)}, "
+                     "peak waiting 0).")
+    return Para(text=" ".join(parts)) if parts else None
 
 
 def _prompt_section(record: RunRecord, charts: dict[str, Path]) -> Section:
@@ -231,25 +330,31 @@ def _prompt_section(record: RunRecord, charts: dict[str, Path]) -> Section:
                 [
                     f"{p.prompt_tokens:,}",
                     f"{p.output_tokens:,}",
-                    f"{p.requests - p.errors}/{p.requests}",
+                    _ok(p),
                     _f(p.decode_tok_s.median),
                     _point_range(p),
                     _f(pct, "%"),
                     _f(p.ttft_s.median),
                     _f(p.ttft_s.p90),
                     _f(p.itl_s.median * 1000 if p.itl_s.median is not None else None),
+                    _f(p.prefill_tok_s.median),
                 ]
             )
         sec.blocks.append(
             Table(
                 headers=["Prompt tokens", "Output tokens", "OK/requests", "Decode tok/s (median)", "Decode min–max",
-                         "% of ceiling", "TTFT s (median)", "TTFT s (p90)", "ITL ms (median)"],
+                         "% of ceiling", "TTFT s (median)", "TTFT s (p90)", "ITL ms (median)",
+                         "Prefill tok/s (median)"],
                 rows=rows,
-                align_right=list(range(9)),
+                align_right=list(range(10)),
             )
         )
+        note = _unmeasurable_note(pts)
+        if note is not None:
+            sec.blocks.append(note)
     for key, alt in (("decode_vs_prompt", "Decode tok/s vs prompt length, with the roofline ceiling"),
-                     ("ttft_vs_prompt", "TTFT vs prompt length (log axis)")):
+                     ("ttft_vs_prompt", "TTFT vs prompt length (log axis)"),
+                     ("prefill_vs_prompt", "Prefill tok/s (prompt tokens / TTFT) vs prompt length")):
         if key in charts:
             sec.blocks.append(Image(alt=alt, path=charts[key]))
     return sec
@@ -265,23 +370,35 @@ def _concurrency_section(record: RunRecord, charts: dict[str, Path]) -> Section:
         [
             str(p.concurrency),
             f"{p.prompt_tokens:,}",
-            f"{p.requests - p.errors}/{p.requests}",
+            _ok(p),
             _f(p.output_tok_s.median),
             _f(p.decode_tok_s.median),
             _f(p.ttft_s.median),
             _f(p.ttft_s.p99),
             _f(p.request_rate.median),
+            _f(p.peak_running),
+            _f(p.peak_waiting),
+            _f(p.queue_time_s),
         ]
         for p in pts
     ]
     sec.blocks.append(
         Table(
             headers=["Concurrency", "Prompt tokens", "OK/requests", "Aggregate output tok/s",
-                     "Per-request decode tok/s", "TTFT s (median)", "TTFT s (p99)", "Requests/s"],
+                     "Per-request decode tok/s", "TTFT s (median)", "TTFT s (p99)", "Requests/s",
+                     C.PEAK_RUNNING.label[:1].upper() + C.PEAK_RUNNING.label[1:],
+                     C.PEAK_WAITING.label[:1].upper() + C.PEAK_WAITING.label[1:],
+                     f"{C.QUEUE_TIME.label[:1].upper() + C.QUEUE_TIME.label[1:]} ({C.QUEUE_TIME.unit})"],
             rows=rows,
-            align_right=list(range(8)),
+            align_right=list(range(11)),
         )
     )
+    note = _unmeasurable_note(pts)
+    if note is not None:
+        sec.blocks.append(note)
+    queue = _queueing_note(record, pts)
+    if queue is not None:
+        sec.blocks.append(queue)
     knee = knee_of(pts)
     if knee is not None:
         sec.blocks.append(
@@ -293,8 +410,57 @@ def _concurrency_section(record: RunRecord, charts: dict[str, Path]) -> Section:
             )
         )
     if "throughput_vs_concurrency" in charts:
-        sec.blocks.append(Image(alt="Aggregate output tok/s vs concurrency, knee marked",
+        sec.blocks.append(Image(alt="Aggregate output tok/s vs concurrency: the knee, queueing and the server's cap",
                                 path=charts["throughput_vs_concurrency"]))
+    return sec
+
+
+def _mtp_ab_section(record: RunRecord) -> Section | None:
+    """The MTP A/B (``roost.bench.mtp``): each point's rate with and without --speculative-config on
+    the same image and commit, the speed-up, and the draft acceptance (overall and per position)."""
+    ab = record.mtp_ab
+    if ab is None:
+        return None
+    sec = Section(title="MTP A/B")
+    text = (f"Served with {code('--speculative-config ' + ab.speculative_config)}; the baseline is the same image and "
+            f"commit restarted without it")
+    if ab.baseline_start_to_healthy_s is not None:
+        text += f" (cold start {_f(ab.baseline_start_to_healthy_s, 's')})"
+    sec.blocks.append(Para(text=text + f". {C.MTP_SPEEDUP.label}: {C.MTP_SPEEDUP.definition}."))
+
+    def pct(rate: float | None) -> str:
+        return _f(None if rate is None else 100.0 * rate, "%")
+
+    prompts, levels = mtp.prompt_points(ab), mtp.concurrency_points(ab)
+    if prompts:
+        sec.blocks.append(Table(
+            headers=["Prompt tokens (1 user)", "Decode tok/s with", "Decode tok/s without", "Speed-up",
+                     "Draft acceptance"],
+            rows=[[f"{p.prompt_tokens:,}", _f(p.with_spec), _f(p.without_spec), C.MTP_SPEEDUP.format(p.speedup),
+                   pct(p.acceptance_rate)] for p in prompts],
+            align_right=[0, 1, 2, 3, 4]))
+    if levels:
+        sec.blocks.append(Table(
+            headers=["Concurrency", "Aggregate tok/s with", "Aggregate tok/s without", "Speed-up", "Draft acceptance"],
+            rows=[[str(p.concurrency), _f(p.with_spec), _f(p.without_spec), C.MTP_SPEEDUP.format(p.speedup),
+                   pct(p.acceptance_rate)] for p in levels],
+            align_right=[0, 1, 2, 3, 4]))
+    if not prompts and not levels:
+        sec.blocks.append(Para(text="No point was measured by both runs."))
+    acc = ab.acceptance
+    if acc is None:
+        sec.blocks.append(Para(text="No draft acceptance: the server's /metrics had no vllm:spec_decode_* counters "
+                                    "and its log no SpecDecoding lines."))
+    else:
+        source = "/metrics" if acc.source == "metrics" else "vLLM's SpecDecoding log lines"
+        text = (f"**{C.SPEC_ACCEPTANCE.label[:1].upper() + C.SPEC_ACCEPTANCE.label[1:]}:** "
+                f"{pct(acc.rate)} of {acc.draft_tokens:,.0f} draft tokens ({acc.drafts:,.0f} drafts, "
+                f"mean acceptance length {_f(acc.mean_acceptance_length)}), from {source} over the speculative "
+                "server's life (warm-up and benchmark).")
+        if acc.per_position:
+            text += " Per draft position: " + ", ".join(
+                f"{i + 1}: {pct(r)}" for i, r in enumerate(acc.per_position)) + "."
+        sec.blocks.append(Para(text=text))
     return sec
 
 
@@ -398,14 +564,14 @@ def _history(
                 _f(h.start_to_healthy_s),
             ]
         )
-    sec.blocks.append(
-        Table(
-            headers=["Run", "Started (UTC)", "Status", "Comparable", "Decode tok/s", "TTFT s", "Peak tok/s",
-                     "Cold start s"],
-            rows=rows,
-            align_right=[4, 5, 6, 7],
-        )
-    )
+    headers = ["Run", "Started (UTC)", "Status", "Comparable", "Decode tok/s", "TTFT s", "Peak tok/s", "Cold start s"]
+    shown = runs[-15:]
+    if any(r.mtp_ab is not None for r in shown):  # the MTP A/B's headline numbers, when any run has them
+        headers += [C.MTP_SPEEDUP.label, C.SPEC_ACCEPTANCE.label[:1].upper() + C.SPEC_ACCEPTANCE.label[1:]]
+        for row, r in zip(rows, shown, strict=True):
+            h = headline(r)
+            row += [C.MTP_SPEEDUP.format(h.mtp_speedup), C.SPEC_ACCEPTANCE.format(h.spec_acceptance_rate)]
+    sec.blocks.append(Table(headers=headers, rows=rows, align_right=list(range(4, len(headers)))))
     titles = {
         "history_decode_tok_s": "Decode tok/s at the reference prompt across runs",
         "history_ttft_s": "TTFT at the reference prompt across runs",
@@ -437,16 +603,28 @@ def build_document(
         facts.append(("Image", f"{code(m.image)} {code(m.image_digest[:19]) if m.image_digest else ''}".strip()))
     if m.vllm_version:
         facts.append(("vLLM", code(m.vllm_version)))
+    if m.xgrammar_version:
+        facts.append(("xgrammar", code(m.xgrammar_version)))
+    if record.serve.attempts and record.serve.attempts[-1].ok:
+        policy = f", restart policy {code(record.serve.restart_policy)}" if record.serve.restart_policy else ""
+        facts.append(("Served at", f"port {record.serve.attempts[-1].port}{policy}"))
     if m.prefect_flow_run_id:
         facts.append(("Prefect flow run", code(m.prefect_flow_run_id)))
+    if record.vision_probe is not None:
+        v = record.vision_probe
+        facts.append(("Vision probe", f"{'passed' if v.ok else '**failed**'}: one chat request with a "
+                      f"{v.image_bytes:,}-byte PNG (image_url) in {C.VISION_PROBE_LATENCY.format(v.latency_s)}"
+                      + ("" if v.ok else f" — {v.error}")))
     facts.append(("roost", code(m.roost_version)))
     sections = [
         _summary(record, comparison),
         _baseline(comparison),
         _audit(record),
         _plan(record),
+        *[w for w in (_weights(record), _vllm_log(record)) if w is not None],
         _prompt_section(record, charts),
         _concurrency_section(record, charts),
+        *[s for s in (_mtp_ab_section(record),) if s is not None],
         _ceiling_section(record),
         _timeline(record, charts),
     ]

@@ -35,6 +35,7 @@ def render_charts(
     made: dict[str, Path | None] = {
         "decode_vs_prompt": ch.decode_vs_prompt(record, charts_dir / "decode_vs_prompt.png"),
         "ttft_vs_prompt": ch.ttft_vs_prompt(record, charts_dir / "ttft_vs_prompt.png"),
+        "prefill_vs_prompt": ch.prefill_vs_prompt(record, charts_dir / "prefill_vs_prompt.png"),
         "throughput_vs_concurrency": ch.throughput_vs_concurrency(record, charts_dir / "throughput_vs_concurrency.png"),
         "timeline": ch.timeline(record, charts_dir / "timeline.png"),
     }

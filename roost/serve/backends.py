@@ -12,4 +12,4 @@ def backend_for(host: HostProfile) -> Backend:
     """The ``process`` or ``docker`` backend of ``host``."""
     if host.backend == "process":
         return ProcessBackend(host)
-    return DockerBackend(host)
+    return DockerBackend(host, xgrammar_version=host.xgrammar_version)

@@ -24,6 +24,7 @@ Waiting for readiness (``roost.serve.health.wait_until_ready``) and retrying a f
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -34,13 +35,12 @@ from pydantic import BaseModel, Field
 from roost.errors import StageFailed, UserError
 from roost.hosts import HostProfile
 from roost.serve.diagnose import Diagnosis
+from roost.serve.occupancy import Occupant, mem_available_bytes
+from roost.serve.occupancy import RestartPolicy as RestartPolicy  # re-exported: the serving API names it
 from roost.serve.phases import StartupPhases
 
 BackendName = Literal["process", "docker"]
 
-RestartPolicy = Literal["no", "always", "unless-stopped", "on-failure"]
-"""Docker's restart policies for a server container: the Ornith 1.5 recipe runs ``unless-stopped``
-for the model meant to stay up across reboots."""
 
 SECRET_FLAGS = ("--api-key", "--hf-token")
 """vLLM flags that carry a secret: refused in any argument list roost records, logs or passes on a command line."""
@@ -71,6 +71,8 @@ class ServeSpec(BaseModel):
     served_model_name: str
     host: str = Field(default="127.0.0.1", description="Address the API listens on / is published to.")
     port: int = 8000
+    fixed_port: bool = Field(
+        default=False, description="The port is fixed (the profile's: a gateway expects it there): a start never moves it.")
     vllm_args: list[str] = Field(default_factory=list, description="Extra vLLM CLI args from the plan and overrides.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment; never put secrets here.")
     log_path: Path | None = None
@@ -101,6 +103,8 @@ class Prepared(BaseModel):
     cached: bool = Field(default=False, description="Nothing was built: the image already existed.")
     skipped: bool = Field(default=False, description="The backend has nothing to prepare.")
     seconds: float = 0.0
+    xgrammar_version: str = Field(default="", description="The xgrammar the image's patch pins; '' for the process backend.")
+    vllm_version: str = Field(default="", description="The vLLM the image holds (its package metadata); '' when not read.")
     note: str = ""
 
 
@@ -139,6 +143,39 @@ class ServerInfo(BaseModel):
     model_dir: str | None = None
     api_key_ref: str | None = Field(
         default=None, description="Where its API key can be found again: env, secret-block, none (never the key).")
+
+
+class StartPlan(BaseModel):
+    """What ``Backend.start`` would run for a spec, without starting anything (``roost run --dry-run``):
+    the exact server command for review before a GPU minute is spent. Environment variables by name
+    only: their values may be secret."""
+
+    backend: BackendName
+    host: str
+    image: str = Field(default="", description="The container image (docker); empty for a process.")
+    command: list[str] = Field(description="The server's argv (vLLM's arguments last).")
+    env_names: list[str] = Field(description="Environment variables the server gets (names only).")
+    port: int
+    fixed_port: bool
+    bind_addrs: list[str] = Field(description="Addresses the port is published on (docker) or listens on (process).")
+    restart_policy: str = Field(description="Docker's restart policy; 'none' for a process.")
+    mounts: list[str] = Field(default_factory=list, description="host path -> container path (mode).")
+    devices: list[str] = Field(default_factory=list, description="Device requests (the GPUs).")
+    options: list[str] = Field(default_factory=list, description="Other run options: ipc, init, ulimits, labels.")
+
+    def summary(self) -> str:
+        """The specification as lines a person reviews."""
+        where = ", ".join(f"{a}:{self.port}" for a in self.bind_addrs)
+        lines = [f"serve on {self.host} ({self.backend}): {where}{' (fixed port)' if self.fixed_port else ''}, "
+                 f"restart policy {self.restart_policy}"]
+        if self.image:
+            lines.append(f"  image: {self.image}")
+        lines.append("  command: " + " ".join(shlex.quote(a) for a in self.command))
+        lines.append("  environment: " + ", ".join(self.env_names))
+        lines += [f"  mount: {m}" for m in self.mounts]
+        lines += [f"  devices: {d}" for d in self.devices]
+        lines += [f"  option: {o}" for o in self.options]
+        return "\n".join(lines)
 
 
 class StartFailed(StageFailed):
@@ -220,3 +257,33 @@ class Backend(ABC):
     @abstractmethod
     def servers(self) -> list[ServerInfo]:
         """The servers roost runs on this host now, oldest first (normally zero or one)."""
+
+    @abstractmethod
+    def start_plan(self, spec: ServeSpec) -> StartPlan:
+        """What ``start(spec, key, prepared)`` would run (the image ``prepare()`` would make), started
+        nowhere; a server gets ``VLLM_API_KEY`` always (roost makes one when none is configured)."""
+
+    @abstractmethod
+    def occupants(self, spec: ServeSpec) -> list[Occupant]:
+        """What roost did not start that holds this host's GPUs or ``spec``'s port (containers, or a
+        process listening there); roost's own servers are not occupants (``retire`` stops them)."""
+
+    @abstractmethod
+    def release(self, occupant: Occupant, log: LogFn = _ignore) -> None:
+        """Stop ``occupant`` (told to by ``--replace``): its restart policy set to ``no`` first, so it
+        stays stopped; stopped, never removed. UserError for what roost may not stop."""
+
+    @abstractmethod
+    def retire(self, spec: ServeSpec, log: LogFn = _ignore) -> list[str]:
+        """Stop roost's own servers on this host before ``spec``'s starts (one server per host), moving
+        a restart policy off them (``docker update --restart no``, as the recipe swaps models).
+        Returns what was stopped, described for the log and the record."""
+
+    def available_memory_bytes(self) -> int | None:
+        """Memory the host can still give a new server (``MemAvailable``; unified on the Spark), or None
+        when this backend cannot tell (a remote engine). This host's ``/proc/meminfo`` by default."""
+        try:
+            with open("/proc/meminfo", encoding="ascii") as fh:
+                return mem_available_bytes(fh.read())
+        except OSError:
+            return None

@@ -114,7 +114,8 @@ def cold_load(
             finally:
                 if server is not None:
                     server.stop()
-            decision = decide(diag, attempt, pool_raised=pool_raised, max_attempts=max_attempts)
+            decision = decide(diag, attempt, pool_raised=pool_raised, max_attempts=max_attempts,
+                              fixed_port=spec.fixed_port)
             entry = StartAttempt(attempt=attempt, ok=False, seconds=round(time.perf_counter() - t0, 2),
                                  port=spec.port, vllm_args=list(spec.vllm_args), action=decision.action)
             if diag is not None:

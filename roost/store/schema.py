@@ -147,6 +147,8 @@ REQUESTS_SCHEMA = pa.schema([
     ("t_first_s", pa.float64()), ("t_last_s", pa.float64()), ("t_end_s", pa.float64()),
     ("ttft_s", pa.float64()), ("tpot_s", pa.float64()), ("e2el_s", pa.float64()), ("decode_tok_s", pa.float64()),
     ("token_chunks", pa.int64()), ("itl_s_max", pa.float64()),
+    # added with issue 12 (files written before lack them: read as null)
+    ("prefill_tok_s", pa.float64()), ("unmeasurable_reason", pa.string()),
 ], metadata={"roost.store_version": str(STORE_VERSION), "roost.table": "requests"})
 
 SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "points": POINTS_SCHEMA, "requests": REQUESTS_SCHEMA,

@@ -13,6 +13,9 @@ failed), and ``request_tpot_s_mean`` is vLLM's mean per-request time per output 
 (``vllm:request_time_per_output_token_seconds`` sum / count: ``(last - first token) / (tokens - 1)``
 from the engine's own token times, the formula roost applies to arrival times), comparable with
 the point's ``tpot_s.mean``.
+
+:func:`spec_counters` reads the speculative-decoding counters of one scrape, per draft position
+included (``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``), for the MTP A/B.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "request_tpot_count": ("vllm:request_time_per_output_token_seconds_count",),
     "request_decode_time_s_sum": ("vllm:request_decode_time_seconds_sum",),
     "request_decode_count": ("vllm:request_decode_time_seconds_count",),
+    # time requests spent waiting for a running slot (past --max-num-seqs or the KV pool): not sampled,
+    # so a queue shorter than the gauge poll interval still shows
+    "request_queue_time_s_sum": ("vllm:request_queue_time_seconds_sum",),
+    "request_queue_count": ("vllm:request_queue_time_seconds_count",),
 }
 
 # Gauge name in the delta (peak during the step) -> exposition names.
@@ -149,8 +156,9 @@ def step_delta(
 
     Counters present in both scrapes give ``after - before`` (a counter that went down means
     the server restarted: the delta is then omitted). Derived: ``spec_decode_acceptance_rate``
-    (accepted / draft tokens), ``prefix_cache_hit_rate`` (hits / queries) and
-    ``request_tpot_s_mean`` (vLLM's mean per-request TPOT) when their denominators are non-zero.
+    (accepted / draft tokens), ``prefix_cache_hit_rate`` (hits / queries), ``request_tpot_s_mean``
+    (vLLM's mean per-request TPOT) and ``request_queue_time_s_mean`` (mean time a request waited for a
+    running slot) when their denominators are non-zero.
     Gauges give ``<name>_max``.
     """
     out: dict[str, float] = {}
@@ -166,6 +174,9 @@ def step_delta(
         queries = out.get("prefix_cache_queries")
         if queries:
             out["prefix_cache_hit_rate"] = out.get("prefix_cache_hits", 0.0) / queries
+        queued = out.get("request_queue_count")
+        if queued:
+            out["request_queue_time_s_mean"] = out.get("request_queue_time_s_sum", 0.0) / queued
         finished = out.get("request_tpot_count")
         if finished:
             out["request_tpot_s_mean"] = out.get("request_tpot_s_sum", 0.0) / finished
@@ -177,3 +188,79 @@ def step_delta(
     for k, v in peaks.items():
         out[f"{k}_max"] = v
     return out
+
+
+# --- speculative decoding: draft acceptance, overall and per position ---------------------------------
+
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+"""Accepted tokens per draft position, one series per ``position`` label ("0", "1", ...)."""
+
+
+class SpecCounters(BaseModel):
+    """vLLM's speculative-decoding counters (``vllm/v1/spec_decode/metrics.py``), or their increase
+    over a span: drafts proposed, draft tokens, accepted tokens, accepted tokens per draft position.
+
+    Rates as vLLM defines them: the acceptance rate is accepted / draft tokens; the mean acceptance
+    length (bonus token included) is ``1 + accepted / drafts``; the acceptance rate at position i is
+    accepted at i / drafts (a draft's token i is only accepted if tokens 0..i-1 were).
+    """
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_position: list[float] = Field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens > 0 else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts > 0 else None
+
+    @property
+    def per_position_rates(self) -> list[float]:
+        if self.drafts <= 0:
+            return []
+        return [a / self.drafts for a in self.accepted_per_position]
+
+    def minus(self, before: SpecCounters) -> SpecCounters | None:
+        """The increase since ``before``; None when a counter went down (the server restarted)."""
+        pos_before = before.accepted_per_position + [0.0] * (len(self.accepted_per_position) - len(before.accepted_per_position))
+        diffs = [self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
+                 self.accepted_tokens - before.accepted_tokens,
+                 *(a - b for a, b in zip(self.accepted_per_position, pos_before, strict=False))]
+        if any(d < 0 for d in diffs) or len(before.accepted_per_position) > len(self.accepted_per_position):
+            return None
+        return SpecCounters(drafts=diffs[0], draft_tokens=diffs[1], accepted_tokens=diffs[2],
+                            accepted_per_position=diffs[3:])
+
+
+def per_position(samples: Iterable[Sample], name: str = SPEC_ACCEPTED_PER_POS) -> dict[int, float]:
+    """``name``'s value per ``position`` label, summed over the other labels (engines); samples
+    without an integer position label (or NaN) are ignored."""
+    out: dict[int, float] = {}
+    for s in samples:
+        if s.name != name or math.isnan(s.value):
+            continue
+        pos = s.labels.get("position", "")
+        if not pos.isdigit():
+            continue
+        out[int(pos)] = out.get(int(pos), 0.0) + s.value
+    return out
+
+
+def spec_counters(samples: Iterable[Sample]) -> SpecCounters | None:
+    """The speculative-decoding counters of one scrape; None when the server runs without a draft
+    (vLLM exports these series only with ``--speculative-config``)."""
+    items = list(samples)
+    t = totals(items)
+    if SPEC_DRAFTS not in t or SPEC_DRAFT_TOKENS not in t or SPEC_ACCEPTED not in t:
+        return None
+    pos = per_position(items)
+    width = max(pos) + 1 if pos else 0
+    return SpecCounters(drafts=t[SPEC_DRAFTS], draft_tokens=t[SPEC_DRAFT_TOKENS], accepted_tokens=t[SPEC_ACCEPTED],
+                        accepted_per_position=[pos.get(i, 0.0) for i in range(width)])

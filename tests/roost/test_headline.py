@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from roost.catalogue import ERROR_REQUESTS
+from roost.catalogue import ERROR_REQUESTS, UNMEASURABLE
 from roost.headline import (
     concurrency_points,
     headline,
     headline_rows,
     knee_of,
+    max_num_seqs,
     pct_of_ceiling,
     reference_point,
     run_metrics,
+    unmeasurable_text,
 )
 from roost.records import BenchPoint, Distribution, RunMeta, RunRecord
 
@@ -42,6 +44,13 @@ def test_reference_point_is_the_prompt_nearest_2048_ties_to_the_shorter() -> Non
     r = rec([pl(2048, 12.6, skipped=True), pl(2000, 12.0, errors=3), pl(1900, None), pl(512, 12.7)])
     assert reference_point(r).prompt_tokens == 512  # type: ignore[union-attr]
     assert reference_point(rec([])) is None
+
+
+def test_with_every_decode_timing_unmeasurable_the_ttft_is_still_the_headline() -> None:
+    """A busy CPU flushed every stream in a burst: no decode rate, but the TTFTs were measured."""
+    r = rec([pl(128, None, ttft=0.09, unmeasurable=3), pl(1024, None, ttft=1.12, unmeasurable=3)])
+    h = headline(r)
+    assert (h.decode_tok_s, h.ttft_s, h.reference_prompt_tokens) == (None, 1.12, 1024)
 
 
 def test_the_knee_of_a_run_is_taken_over_its_measured_concurrency_points() -> None:
@@ -111,3 +120,32 @@ def test_headline_rows_of_a_failed_run_have_no_values() -> None:
 def test_pct_of_ceiling() -> None:
     assert pct_of_ceiling(12.6, 17.2) == pytest.approx(73.26, abs=0.01)
     assert pct_of_ceiling(12.6, None) is None and pct_of_ceiling(None, 17.2) is None and pct_of_ceiling(1.0, 0.0) is None
+
+
+def test_unmeasurable_decode_timings_have_a_row_only_when_there_are_some() -> None:
+    clean = rec([pl(128, 200.0), pl(2042, 12.61)])
+    assert headline(clean).unmeasurable_requests == 0
+    assert UNMEASURABLE.name not in {row.metric.name for row in headline_rows(clean)}
+    # the local profile through Docker: both repeats of the 128-token point were unmeasurable
+    odd = rec([pl(128, None, unmeasurable=3, unmeasurable_reasons="2 above the roofline ceiling, 1 delivered in a burst"),
+               pl(1024, 180.0), cc(1, 200.0), cc(4, 600.0, unmeasurable=1)])
+    h = headline(odd)
+    assert h.unmeasurable_requests == 4
+    assert h.decode_tok_s == 180.0 and h.reference_prompt_tokens == 1024  # the 128-token point has no decode rate
+    (row,) = [row for row in headline_rows(odd) if row.metric.name == UNMEASURABLE.name]
+    assert (row.label, row.value, row.text, row.compared_as) == (
+        "unmeasurable decode timings", 4.0, "4 of 11 (128-token prompt: 3, 4 concurrent: 1)", None)
+    assert unmeasurable_text(clean) == ""
+    many = rec([pl(100 * i, 10.0, unmeasurable=1) for i in range(1, 6)])
+    assert unmeasurable_text(many) == "5 of 15 (100-token prompt: 1, 200-token prompt: 1, 300-token prompt: 1, 2 more points)"
+    # not a regression metric: the decode medians already leave these requests out
+    assert UNMEASURABLE.name not in {m.metric.name for m in run_metrics(odd)}
+
+
+def test_max_num_seqs_is_read_from_the_runs_vllm_args() -> None:
+    r = rec([])
+    assert max_num_seqs(r) is None
+    r.meta.vllm_args = ["--max-model-len", "262144", "--max-num-seqs", "16", "--max-num-seqs=20"]
+    assert max_num_seqs(r) == 20  # the last one wins, as in vLLM
+    r.meta.vllm_args = ["--max-num-seqs", "twenty"]
+    assert max_num_seqs(r) is None  # unreadable: not drawn, not an error

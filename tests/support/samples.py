@@ -14,6 +14,7 @@ The concurrency sweep follows the Ornith 1.5 recipe's shape (the peak at the --m
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
 from roost.records import BenchPoint, Distribution, RunMeta, RunRecord, ServeObservation, StageTiming
@@ -197,3 +198,15 @@ def earlier_runs(n: int = 4) -> list[RunRecord]:
     """``n`` completed runs on days 1..n with a little noise."""
     noise = [1.0, 0.99, 1.01, 0.995, 1.005]
     return [spark_run(day=1 + i, scale=noise[i % 5]) for i in range(n)]
+
+
+def check_decode(point: dict[str, Any]) -> None:
+    """A point's decode distribution holds exactly its measurable requests (``unmeasurable`` ones, e.g.
+    streams a CPU-starved server flushed in a burst, are counted and left out), and is sane when any."""
+    d = point["decode_tok_s"]
+    measured = point["requests"] - point["errors"] - point["unmeasurable"]
+    assert d["count"] == measured >= 0, point
+    if measured:
+        assert 0 < d["min"] <= d["median"] <= d["max"] and math.isfinite(d["max"]), point
+    else:
+        assert d["median"] is None and point["unmeasurable_reasons"], point

@@ -33,6 +33,7 @@ from docker.types import DeviceRequest, Ulimit
 
 from roost.errors import StageFailed, UserError
 from roost.hosts import HostProfile
+from roost.net import port_in_use
 from roost.serve.base import (
     LogFn,
     Readiness,
@@ -41,12 +42,14 @@ from roost.serve.base import (
     ServerInfo,
     ServeSpec,
     StartFailed,
+    StartPlan,
     _ignore,
 )
 from roost.serve.diagnose import Diagnosis, diagnose
 from roost.serve.docker.images import image_exists
 from roost.serve.dockerfile import LABEL_MANAGED
 from roost.serve.logs import LogBuffer, Stamped
+from roost.serve.occupancy import Occupant, container_occupant, published_ports
 from roost.serve.phases import StartupPhases, parse_timestamp, startup_phases
 
 LABEL_HOST = "ai.roost.host"
@@ -55,6 +58,8 @@ LABEL_PORT = "ai.roost.port"
 MODEL_MOUNT = "/model"
 STACK_BYTES = 67108864  # the recipes' --ulimit stack=67108864 (64 MiB)
 RESTART_POLICIES = get_args(RestartPolicy)
+NO_RESTART: Any = {"Name": "no"}
+"""``docker update --restart no``: what a container that stops serving carries (the recipe's model swap)."""
 FOLLOW_DRAIN_S = 10.0
 """After ``docker stop``, how long the log stream may take to deliver its last lines and close."""
 
@@ -297,6 +302,74 @@ def make_room(client: docker.DockerClient, host: HostProfile, name: str, *, repl
         _remove(c, log, "replaced: one server per host" if running else "stale, same name")
 
 
+def foreign_occupants(client: docker.DockerClient, host: HostProfile, spec: ServeSpec) -> list[Occupant]:
+    """Running containers without roost's label that hold the GPUs (on a GPU host) or ``spec``'s fixed
+    port, and a process that is not a container listening on that port (``roost.serve.occupancy``)."""
+    port = spec.port if spec.fixed_port else None
+    found: list[Occupant] = []
+    ours: set[int] = set()
+    for c in client.containers.list():
+        attrs = c.attrs or {}
+        if _is_roost(c):
+            ours |= published_ports(attrs)
+            continue
+        occupant = container_occupant(str(c.name), attrs, port)
+        if occupant is not None and host.accelerator != "gpu":
+            occupant.holds = [h for h in occupant.holds if h != "the GPUs"]
+        if occupant is not None and occupant.holds:
+            found.append(occupant)
+    if port is not None and port not in ours and not any(f"port {port}" in o.holds for o in found):
+        for addr in host.bind_addrs or ["127.0.0.1"]:
+            if port_in_use(port, addr):
+                found.append(Occupant(kind="process", name=f"a process listening on {addr}:{port}",
+                                      holds=[f"port {port}"], can_stop=False))
+                break
+    return found
+
+
+def release_container(client: docker.DockerClient, occupant: Occupant, log: LogFn = _ignore) -> None:
+    """Stop a container roost did not start (``--replace``): restart policy ``no`` first, so Docker
+    does not bring it back; it is stopped, never removed (its owner may start it again)."""
+    if occupant.kind != "container" or not occupant.can_stop:
+        raise UserError(f"roost never stops {occupant.name}: it did not start it; stop it yourself")
+    try:
+        c = client.containers.get(occupant.name)
+    except NotFound:
+        return
+    if _is_roost(c):  # never the case for an occupant; retire_containers handles roost's own
+        return
+    log(f"stopping container {c.name} (--replace; it holds {' and '.join(occupant.holds)}): "
+        f"restart policy {occupant.restart_policy or 'no'} -> no")
+    c.update(restart_policy=NO_RESTART)
+    c.stop(timeout=15)
+
+
+def retire_containers(client: docker.DockerClient, host: HostProfile, spec: ServeSpec, log: LogFn = _ignore) -> list[str]:
+    """Stop roost's running containers on ``host`` before ``spec``'s server starts (one server per host),
+    the recipe's model swap: ``docker update --restart no`` on the old one, then stop it. A container
+    of another name is kept stopped (``docker start`` brings it back by hand); one of the new server's
+    name is removed (the name is needed). Returns what was done, one line per container."""
+    name = container_name(host.name, spec.served_model_name)
+    done: list[str] = []
+    for c in roost_containers(client, host.name):
+        if c.status not in ("running", "restarting", "created"):
+            continue
+        policy = str(((c.attrs.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no")
+        if policy != "no":
+            c.update(restart_policy=NO_RESTART)
+        with contextlib.suppress(NotFound, APIError):
+            c.stop(timeout=15)
+        moved = f"restart {policy} -> no, " if policy != "no" else ""
+        if c.name == name:
+            with contextlib.suppress(NotFound):
+                c.remove(force=True)
+            done.append(f"{c.name} ({moved}stopped and removed: the new server takes its name)")
+        else:
+            done.append(f"{c.name} ({moved}stopped, kept: `docker start {c.name}` brings it back)")
+        log(f"one server per host: {done[-1]}")
+    return done
+
+
 def container_ulimits(host: HostProfile) -> list[Ulimit]:
     """The recipes' ``--ulimit memlock=-1 --ulimit stack=67108864``; memlock only on GPU hosts.
 
@@ -356,6 +429,24 @@ def docker_run_kwargs(spec: ServeSpec, host: HostProfile, *, image: str, api_key
     if host.accelerator == "gpu":
         kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return kwargs
+
+
+def container_start_plan(spec: ServeSpec, host: HostProfile, *, image: str) -> StartPlan:
+    """What ``start_container`` would run for ``spec`` (``docker_run_kwargs``), environment by name."""
+    kw = docker_run_kwargs(spec, host, image=image, api_key="(set)")
+    ports = kw["ports"][f"{spec.port}/tcp"]
+    policy = kw["restart_policy"]
+    retries = f" (max {policy['MaximumRetryCount']} retries)" if "MaximumRetryCount" in policy else ""
+    limits = ", ".join(f"{u['Name']}={u['Soft']}" for u in kw["ulimits"])
+    return StartPlan(
+        backend="docker", host=host.name, image=image, command=list(kw["command"]), env_names=sorted(kw["environment"]),
+        port=spec.port, fixed_port=spec.fixed_port, bind_addrs=[addr for addr, _ in ports],
+        restart_policy=f"{policy['Name']}{retries}",
+        mounts=[f"{src} -> {m['bind']} ({m['mode']})" for src, m in kw["volumes"].items()],
+        devices=["all GPUs (--gpus all)"] if "device_requests" in kw else [],
+        options=[f"name {kw['name']}", f"ipc={kw['ipc_mode']}", "init (tini as PID 1)", f"ulimits {limits}",
+                 "labels " + ", ".join(f"{k}={v}" for k, v in kw["labels"].items())],
+    )
 
 
 def _client_address(host: HostProfile, spec_host: str) -> str:

@@ -1,26 +1,42 @@
 """The Docker engine client and the serving image: the Dockerfile from ``roost.serve.dockerfile``
 (vLLM base + xgrammar patch), built with the low-level ``APIClient.build(decode=True)``.
 
-Every build line goes to a ``log`` callback (the Prefect logger in ``tasks/build.py``); a failing
-build raises StageFailed naming its step and last lines; an existing content-addressed tag skips
-the build and says so.
+``plan_build`` resolves the base image, reads what it holds (``PROBE_SCRIPT`` in a throw-away
+container: vLLM's distribution, version and xgrammar requirement, from package metadata, without
+importing vLLM) and renders the Dockerfile with the xgrammar pin that follows from it; ``build_image``
+builds that plan. Every build line goes to a ``log`` callback (the Prefect logger in
+``tasks/build.py``); a failing build raises StageFailed naming its step and last lines, and a failed
+xgrammar check says which base, vLLM and xgrammar did not work together; an existing
+content-addressed tag skips the build and says so.
 """
 
 from __future__ import annotations
 
 import io
 import re
+import tarfile
 import time
 from collections import deque
 from collections.abc import Callable
 
 import docker
+import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 from pydantic import BaseModel, Field
 
 from roost.errors import StageFailed
 from roost.hosts import HostProfile
-from roost.serve.dockerfile import BuildSpec, RenderedDockerfile, render_dockerfile
+from roost.serve.dockerfile import (
+    LABEL_MANAGED,
+    PROBE_SCRIPT,
+    BaseImageFacts,
+    BuildSpec,
+    RenderedDockerfile,
+    check_failure_detail,
+    parse_probe,
+    render_dockerfile,
+    table_note,
+)
 
 LogFn = Callable[[str], None]
 
@@ -54,6 +70,10 @@ class BuildResult(BaseModel):
     base_image_id: str
     base_image_digest: str = Field(description="The base's repo digest when it came from a registry, else ''.")
     xgrammar_version: str
+    xgrammar_source: str = Field(description="vllm-pin, installed or override (``XgrammarPin.source``).")
+    xgrammar_requirement: str = Field(description="vLLM's xgrammar specifier in the base image; '' for none.")
+    vllm_distribution: str
+    vllm_version: str = Field(description="The vLLM the base image holds (its package metadata).")
     skipped: bool = Field(description="True when the tag already existed and nothing was built.")
     seconds: float
     steps: int = 0
@@ -87,11 +107,66 @@ def image_exists(client: docker.DockerClient, tag: str) -> bool:
     return True
 
 
-def render_for_engine(client: docker.DockerClient, spec: BuildSpec) -> tuple[RenderedDockerfile, str, str]:
-    """Render with the base image's identity filled in: (rendered, base image id, base repo digest)."""
-    base_id, base_digest = resolve_base_image(client, spec.base_image)
+class BuildPlan(BaseModel):
+    """What a build will make, before it runs: the base's identity, what it holds, the Dockerfile."""
+
+    spec: BuildSpec = Field(description="The spec with the base's digest (or id) filled in.")
+    base_image_id: str
+    base_repo_digest: str
+    facts: BaseImageFacts
+    rendered: RenderedDockerfile
+
+
+def probe_base_image(client: docker.DockerClient, base_image: str, image_id: str, *,
+                     timeout_s: int = 120) -> BaseImageFacts:
+    """Run ``PROBE_SCRIPT`` in a throw-away container of the base image (no network; removed after)."""
+    what = f"cannot read the packages of base image {base_image}"
+    try:
+        container = client.containers.create(image_id, entrypoint=["python3", "-c", PROBE_SCRIPT],
+                                             labels={LABEL_MANAGED: "true"}, network_disabled=True)
+    except APIError as exc:
+        raise StageFailed("build", f"{what}: {exc.explanation or exc}") from None
+    try:
+        container.start()
+        code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
+        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        err = container.logs(stdout=False, stderr=True).decode(errors="replace").strip().splitlines()
+    except (APIError, requests.RequestException) as exc:
+        explanation = exc.explanation if isinstance(exc, APIError) else None
+        raise StageFailed("build", f"{what} with python3 (roost needs it there): {explanation or exc}") from None
+    finally:
+        container.remove(force=True)
+    if code != 0:
+        raise StageFailed("build", f"{what}: python3 exited with code {code}: {err[-1] if err else 'no output'}")
+    return parse_probe(out, base_image)
+
+
+def plan_build(client: docker.DockerClient, spec: BuildSpec, *, pull: bool = True,
+               reuse: BuildPlan | None = None) -> BuildPlan:
+    """The plan for ``spec`` on this engine: the base resolved (pulled when absent and ``pull``, else
+    StageFailed says it is absent), read and rendered. ``reuse`` is returned as it is while the spec
+    and the base image's id are the same: the base is read and the Dockerfile rendered once per base
+    image, not once per question (cache key, is-prepared, build)."""
+    base_id, base_digest = resolve_base_image(client, spec.base_image, pull=pull)
     filled = spec.model_copy(update={"base_image_digest": base_digest or base_id})
-    return render_dockerfile(filled), base_id, base_digest
+    if reuse is not None and reuse.spec == filled and reuse.base_image_id == base_id:
+        return reuse
+    facts = probe_base_image(client, spec.base_image, base_id)
+    return BuildPlan(spec=filled, base_image_id=base_id, base_repo_digest=base_digest, facts=facts,
+                     rendered=render_dockerfile(filled, facts))
+
+
+def build_context(rendered: RenderedDockerfile) -> io.BytesIO:
+    """The build context: a tar of the Dockerfile and the files it copies."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, content in {"Dockerfile": rendered.text, **rendered.files}.items():
+            data = content.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
 
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
@@ -104,15 +179,20 @@ def build_image(
     log: LogFn = _noop,
     timeout_s: int = 3600,
     tail_lines: int = 20,
+    plan: BuildPlan | None = None,
 ) -> BuildResult:
-    """Build (or find) the serving image for ``spec``; every build line goes to ``log``."""
+    """Build (or find) the serving image for ``spec`` (``plan``: ``plan_build``'s for it, else made
+    here); every build line goes to ``log``."""
     t0 = time.monotonic()
-    rendered, base_id, base_digest = render_for_engine(client, spec)
+    plan = plan if plan is not None else plan_build(client, spec)
+    rendered, facts, pin = plan.rendered, plan.facts, plan.rendered.xgrammar
 
     def result(image_id: str, *, skipped: bool, steps: int = 0, log_tail: list[str] | None = None) -> BuildResult:
         return BuildResult(
             tag=rendered.tag, image_id=image_id, dockerfile_sha256=rendered.sha256, base_image=spec.base_image,
-            base_image_id=base_id, base_image_digest=base_digest, xgrammar_version=spec.xgrammar_version,
+            base_image_id=plan.base_image_id, base_image_digest=plan.base_repo_digest, xgrammar_version=pin.version,
+            xgrammar_source=pin.source, xgrammar_requirement=pin.requirement,
+            vllm_distribution=rendered.vllm_distribution, vllm_version=rendered.vllm_version,
             skipped=skipped, seconds=round(time.monotonic() - t0, 3), steps=steps, log_tail=log_tail or [],
         )
 
@@ -121,9 +201,18 @@ def build_image(
         log(f"image {rendered.tag} already exists (Dockerfile sha256 {rendered.sha256[:12]}); build skipped")
         return result(str(image.id), skipped=True)
 
-    log(f"building {rendered.tag} FROM {spec.base_image} (xgrammar=={spec.xgrammar_version})")
+    required = f"requires xgrammar{pin.requirement}" if pin.requirement else "names no xgrammar requirement"
+    has = f"xgrammar {facts.xgrammar_installed}" if facts.xgrammar_installed else "no xgrammar"
+    log(f"base image {spec.base_image} holds {facts.vllm} ({required}) and {has}; Python {facts.python}")
+    note = table_note(facts)
+    if note:
+        log(note)
+    if not pin.satisfies:
+        log(f"warning: {pin.describe()}; the build's check decides whether vLLM works with it")
+    log(f"building {rendered.tag} FROM {spec.base_image}: {pin.describe()}")
     api = client.api
     tail: deque[str] = deque(maxlen=tail_lines)
+    check: list[str] = []  # the check step's FAIL line, when it prints one
     step = "before the first step"
     steps = 0
     image_id = ""
@@ -131,8 +220,8 @@ def build_image(
     try:
         api.timeout = timeout_s
         stream = api.build(
-            fileobj=io.BytesIO(rendered.text.encode()), tag=rendered.tag, rm=True, forcerm=True, pull=False,
-            decode=True, labels=rendered.labels, buildargs=rendered.build_args or None,
+            fileobj=build_context(rendered), custom_context=True, tag=rendered.tag, rm=True, forcerm=True,
+            pull=False, decode=True, labels=rendered.labels, buildargs=rendered.build_args or None,
         )
         for chunk in stream:
             if "stream" in chunk:
@@ -145,8 +234,13 @@ def build_image(
                         step = line
                         steps = int(m.group(1))
                     tail.append(line)
+                    if check_failure_detail([line]) is not None:
+                        check.append(line)
                     log(line)
             if "error" in chunk:
+                detail = check_failure_detail(check)
+                if detail is not None:
+                    raise StageFailed("build", rendered.check_failure(detail))
                 error = str(chunk.get("errorDetail", {}).get("message") or chunk["error"]).strip()
                 last = " | ".join(tail)
                 raise StageFailed("build", f"docker build of {rendered.tag} failed at {step!r}: {error}. Last lines: {last}")

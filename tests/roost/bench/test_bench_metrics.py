@@ -7,6 +7,7 @@ import pytest
 
 from roost.bench import metrics as M
 from roost.bench.metrics import Step
+from roost.bench.validity import Kind
 from roost.vllm.stream import RequestRecord
 
 
@@ -112,3 +113,42 @@ def test_point_stats_pools_requests_and_takes_throughput_per_step() -> None:
 def test_usage_missing_is_counted() -> None:
     st = M.point_stats([Step(records=[rec(usage_missing=True), rec()], wall_s=1.0)])
     assert st.usage_missing == 1
+
+
+def test_prefill_tok_s_is_prompt_tokens_over_ttft() -> None:
+    # the 9B recipe at an 8,206-token prompt: TTFT 1.85 s -> 4,436 tok/s (the recipe quotes ~4,430)
+    r = rec(t_sent=100.0, token_times=[101.85, 101.93])
+    r.prompt_tokens = 8206
+    assert M.prefill_tok_s(r) == pytest.approx(8206 / 1.85)
+    r.prompt_tokens = None
+    assert M.prefill_tok_s(r) is None
+    assert M.prefill_tok_s(rec(token_times=[])) is None
+
+
+def _local_128(token_times: list[float], tokens: int = 64) -> RequestRecord:
+    """A request of the local profile's 128-token point, sent at 0, its chunks at ``token_times``."""
+    return RequestRecord(request_id="r", t_sent=0.0, t_first=token_times[0], t_last=token_times[-1],
+                         token_times=token_times, completion_tokens=tokens, prompt_tokens=128)
+
+
+def test_point_stats_keeps_unmeasurable_requests_out_of_the_decode_timings() -> None:
+    # the local profile through Docker: repeat 1 decoded "8,970 tok/s" (63 tokens in 7 ms after a 68 ms
+    # first token), repeat 2 got all 64 tokens at one instant; repeat 3 is a normal 200 tok/s stream
+    burst_8970 = _local_128([0.068 + (63 / 8970) * i / 63 for i in range(64)])
+    one_instant = _local_128([0.068] * 64)
+    normal = _local_128([0.030 + i / 200 for i in range(64)])
+    steps = [Step(records=[r], wall_s=r.t_last or 0.0) for r in (burst_8970, one_instant, normal)]
+    st = M.point_stats(steps, ceiling_tok_s=3464.5)
+    assert (st.requests, st.errors, st.unmeasurable) == (3, 0, 2)
+    assert st.unmeasurable_kinds == [Kind.ABOVE_CEILING, Kind.BURST]
+    # decode timings: only the normal stream
+    assert st.decode_tok_s.count == st.tpot.count == 1 and st.decode_tok_s.median == pytest.approx(200.0)
+    assert st.itl.count == 63 and st.itl.max == pytest.approx(0.005)
+    # what stays true of every completed request: TTFT, end-to-end latency, prefill, the throughputs
+    assert st.ttft.count == st.e2el.count == st.prefill_tok_s.count == 3
+    assert st.prefill_tok_s.max == pytest.approx(128 / 0.030)
+    assert st.output_throughput.count == 3 and st.output_tokens.count == 3
+    # without a ceiling only the stream evidence counts: an evenly spaced 8,970 tok/s stream passes
+    st = M.point_stats(steps)
+    assert (st.unmeasurable, st.unmeasurable_kinds) == (1, [Kind.BURST])
+    assert st.decode_tok_s.count == 2 and st.decode_tok_s.max == pytest.approx(8970.0)

@@ -80,7 +80,8 @@ def test_prompt_lengths_are_exact_clipped_to_the_window_and_timed(synthetic: Syn
     assert any("9000" in n for n in r.notes)
     for p in r.points:
         assert p.requests == 2 and p.errors == 0 and p.repeats == 2
-        assert p.ttft_s.count == p.decode_tok_s.count == 2
+        assert p.ttft_s.count == p.decode_tok_s.count == p.prefill_tok_s.count == 2
+        assert p.unmeasurable == 0 and p.unmeasurable_reasons == ""  # a server writing every token as it goes
         assert p.metrics_delta["generation_tokens"] == 2 * 64
         assert p.metrics_delta["prefix_cache_queries"] == 2 * p.prompt_tokens
         assert_point_matches_server(p, 64)
@@ -97,6 +98,23 @@ def test_prompt_lengths_are_exact_clipped_to_the_window_and_timed(synthetic: Syn
     assert set(REQUESTS_SCHEMA.names) - ident <= rows[0].keys()
     assert rows[-1]["ttft_s"] == pytest.approx(rows[-1]["t_first_s"])
     assert rows[-1]["token_chunks"] == 64
+    assert rows[-1]["prefill_tok_s"] == pytest.approx(rows[-1]["prompt_tokens"] / rows[-1]["ttft_s"])
+    assert {row["unmeasurable_reason"] for row in rows} == {""}
+
+
+def test_requests_faster_than_the_ceiling_are_kept_but_left_out_of_the_decode_timings(synthetic: Synthetic) -> None:
+    synthetic.control(**FAST, reset_stats=True)  # 400 tok/s, against a ceiling of 100
+    r = run_benchmark(synthetic.base_url, synthetic.model, small(decode_ceiling_tok_s=100.0), api_key=synthetic.api_key)
+    assert r.status == "completed"
+    (p,) = r.points
+    assert (p.requests, p.errors, p.unmeasurable) == (2, 0, 2)
+    assert p.unmeasurable_reasons == "2 above the roofline ceiling"
+    assert p.decode_tok_s.count == p.tpot_s.count == p.itl_s.count == 0 and p.decode_tok_s.median is None
+    assert p.ttft_s.count == p.e2el_s.count == p.prefill_tok_s.count == 2 and p.output_tok_s.count == 2
+    rows = [row for row in r.request_rows() if row["phase"] != "warmup"]
+    assert len(rows) == 2
+    for row in rows:  # the row keeps what the client saw, and says why it is not a measurement
+        assert row["decode_tok_s"] > 100.0 * 1.05 and "the 100 tok/s ceiling" in row["unmeasurable_reason"]
 
 
 def test_a_length_the_server_rejects_is_skipped_with_its_reason(synthetic: Synthetic) -> None:
@@ -122,7 +140,8 @@ def test_concurrency_points_and_the_knee(synthetic: Synthetic) -> None:
     for p in r.points:
         assert p.output_tok_s.count == 2 and p.metrics_delta["generation_tokens"] == p.requests * 32
         assert_point_matches_server(p, 32)
-    assert c8.metrics_delta["num_requests_running_max"] >= 4
+    assert c8.metrics_delta["num_requests_running_max"] >= 4 and c8.peak_running == c8.metrics_delta["num_requests_running_max"]
+    assert c8.peak_waiting is None  # the synthetic server exports no waiting gauge
     # a server with no contention: every step lasts ~0.64 s whatever the users, so the aggregate
     # doubles from level to level and the knee (90% of the peak) is the highest level, not saturated.
     # Only a step stretched by more than 80% could move it.

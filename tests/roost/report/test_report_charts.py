@@ -62,3 +62,72 @@ def test_history_marks_this_run_against_the_baseline(tmp_path: Path) -> None:
     assert_real_png(out)
     # a run with no history at all: one point, still a chart
     assert charts.history("peak_output_tok_s", cur, [], None, tmp_path / "one.png") is not None
+
+
+def queued_record() -> RunRecord:
+    """The 9B record with what a run of this release adds: prefill rates (the recipe's 4,430 tok/s
+    peak near 8K, 2,303 by 250K: prompt / TTFT) and the server's gauges (the Ornith 1.5 recipe's
+    shape: --max-num-seqs 20, so 24 users keep 4 waiting)."""
+    rec = spark_record()
+    pts = []
+    for p in rec.points:
+        if p.kind == "prompt_length":
+            rate = p.prompt_tokens / (p.ttft_s.median or 1.0)
+            pts.append(p.model_copy(update={"prefill_tok_s": dist(rate, min=rate * 0.97, max=rate * 1.02)}))
+        else:
+            c = p.concurrency
+            pts.append(p.model_copy(update={"metrics_delta": {"num_requests_running_max": float(min(c, 20)),
+                                                               "num_requests_waiting_max": float(max(0, c - 20))}}))
+    return rec.model_copy(update={"points": pts})
+
+
+def legend_texts(fig: object) -> list[str]:
+    from matplotlib.figure import Figure
+
+    assert isinstance(fig, Figure)
+    (ax,) = fig.axes
+    legend = ax.get_legend()
+    assert legend is not None
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def test_prefill_vs_prompt_plots_the_prefill_rate(tmp_path: Path) -> None:
+    rec = queued_record()
+    texts = legend_texts(charts.prefill_figure(rec))
+    assert texts == ["fastest: 4,439 tok/s at a 2,042-token prompt", "prefill tok/s (median, min–max)"]  # noqa: RUF001
+    out = charts.prefill_vs_prompt(rec, tmp_path / "prefill.png")
+    assert out == tmp_path / "prefill.png"
+    assert_real_png(out)
+    # a record from before prefill was kept has no prefill chart (and writes nothing)
+    assert charts.prefill_vs_prompt(spark_record(), tmp_path / "old.png") is None
+    assert not (tmp_path / "old.png").exists()
+
+
+def test_throughput_marks_the_levels_that_queued_and_the_servers_cap(tmp_path: Path) -> None:
+    rec = queued_record()
+    texts = legend_texts(charts.throughput_figure(rec))
+    assert "requests queued for a running slot" in texts
+    assert "server cap: --max-num-seqs 20" in texts
+    (ax,) = charts.throughput_figure(rec).axes  # type: ignore[union-attr]
+    assert [a.get_text() for a in ax.texts if "waiting" in a.get_text()] == ["4 waiting"]  # only 24 users queued
+    assert_real_png(charts.throughput_vs_concurrency(rec, tmp_path / "tput.png"))  # type: ignore[arg-type]
+
+
+def test_a_queue_shorter_than_the_gauge_poll_is_marked_from_vllms_queue_time() -> None:
+    """The local run's shape: --max-num-seqs 2, 4 users; the 2 s gauge poll never saw anyone waiting, but
+    vLLM's queue-time histogram says the extra two waited about half a second each."""
+    rec = queued_record()
+    pts = []
+    for p in rec.points:
+        if p.kind == "concurrency":
+            queue = 0.48 if p.concurrency == 24 else 0.00002
+            p = p.model_copy(update={"metrics_delta": {"num_requests_waiting_max": 0.0, "request_queue_count": 8.0,
+                                                       "request_queue_time_s_mean": queue}})
+        pts.append(p)
+    (ax,) = charts.throughput_figure(rec.model_copy(update={"points": pts})).axes  # type: ignore[union-attr]
+    assert [a.get_text() for a in ax.texts if "queued" in a.get_text()] == ["queued 0.48 s"]
+    # without gauges or a cap (an older record, a server on vLLM's default): neither is drawn
+    plain = spark_record()
+    plain.meta.vllm_args = ["--max-model-len", "262144"]
+    texts = legend_texts(charts.throughput_figure(plain))
+    assert not [t for t in texts if "queued" in t or "cap" in t]

@@ -6,7 +6,9 @@ stopped by the last test); the process backend runs first, then the docker one."
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,6 +165,43 @@ def test_servers_finds_it(lc: Lifecycle) -> None:
     assert found.model_dump(exclude={"started_at"}) == info.model_dump(exclude={"started_at"})
     assert found.started_at is not None and info.started_at is not None
     assert abs(found.started_at - info.started_at) < dt.timedelta(seconds=5)
+
+
+def test_start_plan_is_what_started(lc: Lifecycle) -> None:
+    """``roost run --dry-run`` shows exactly the command, environment and image the start used."""
+    plan = lc.backend.start_plan(lc.spec)
+    info = lc.server.describe()
+    if lc.kind == "process":
+        assert info.pid is not None
+        cmdline = Path(f"/proc/{info.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        environ = Path(f"/proc/{info.pid}/environ").read_bytes().decode().split("\0")
+        env_names = {e.split("=", 1)[0] for e in environ if e}
+        assert (plan.image, plan.restart_policy.startswith("none")) == ("", True)
+    else:
+        attrs = lc.engine.containers.get(info.container).attrs
+        cmdline = [*attrs["Config"]["Cmd"]]
+        env_names = {e.split("=", 1)[0] for e in attrs["Config"]["Env"]}
+        assert plan.image == lc.prepared.image and plan.restart_policy == "no"
+        assert plan.bind_addrs == ["127.0.0.1"] and plan.mounts == [f"{lc.spec.model_dir.resolve()} -> /model (ro)"]
+    assert plan.command == cmdline
+    assert set(plan.env_names) <= env_names and "VLLM_API_KEY" in plan.env_names
+    assert KEY not in plan.model_dump_json()
+
+
+def test_occupants_are_what_roost_did_not_start(lc: Lifecycle) -> None:
+    # roost's own server on a fixed port is not an occupant (retire stops it, with its restart policy moved)
+    own = lc.spec.model_copy(update={"fixed_port": True, "served_model_name": "other"})
+    assert lc.backend.occupants(own) == []
+    with socket.socket() as squatter:  # a process roost did not start, on another fixed port
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        fixed = lc.spec.model_copy(update={"port": port, "fixed_port": True})
+        (occ,) = lc.backend.occupants(fixed)
+        assert (occ.kind, occ.holds, occ.can_stop) == ("process", [f"port {port}"], False)
+        assert lc.backend.occupants(fixed.model_copy(update={"fixed_port": False})) == []  # a free port is moved
+    mem = lc.backend.available_memory_bytes()
+    assert mem is not None and 0 < mem <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def test_phases_split_start_to_healthy(lc: Lifecycle) -> None:

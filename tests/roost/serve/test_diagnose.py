@@ -173,3 +173,177 @@ def test_unknown_failure_reports_the_error_line() -> None:
     text = "INFO starting\nTraceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'rope_scaling'\n"
     d = diagnose(text, 1)
     assert d is not None and d.failure_class == "unknown" and d.evidence == "KeyError: 'rope_scaling'"
+
+
+# One real line per wording and the release it comes from; each built from the format string in vLLM's
+# source at that tag (file and tag in the comment), with the values of a plausible failing start.
+WORDINGS: list[tuple[str, str, str]] = [
+    # v0.7.3 vllm/v1/core/kv_cache_utils.py: "models's", sizes in "GB" (divided by 1024**3), no estimate
+    ("kv_pool_too_small", "v0.7.3",
+     "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GB KV cache is needed, "
+     "which is larger than the available KV cache memory (9.81 GB). Try increasing `gpu_memory_utilization` or "
+     "decreasing `max_model_len` when initializing the engine."),
+    # v0.8.5 vllm/v1/core/kv_cache_utils.py: GiB, and the estimate's f-string dropped by a missing parenthesis
+    ("kv_pool_too_small", "v0.8.5",
+     "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is "
+     "needed, which is larger than the available KV cache memory (9.81 GiB). Based on the available memory,  Try "
+     "increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
+    # v0.11.0 vllm/v1/core/kv_cache_utils.py (same text in v0.10.2): "%.2f" sizes and the estimate
+    ("kv_pool_too_small", "v0.11.0",
+     "(EngineCore_DP0 pid=812) ValueError: To serve at least one request with the models's max seq len (131072), "
+     "(16.00 GiB KV cache is needed, which is larger than the available KV cache memory (9.81 GiB). Based on the "
+     "available memory, the estimated maximum model length is 80352. Try increasing `gpu_memory_utilization` or "
+     "decreasing `max_model_len` when initializing the engine."),
+    # v0.18.0 vllm/v1/core/kv_cache_utils.py (same in v0.14.0): format_gib() rounds ("16.0"), docs link
+    ("kv_pool_too_small", "v0.18.0",
+     "(EngineCore_DP0 pid=812) ValueError: To serve at least one request with the models's max seq len (131072), "
+     "(16.0 GiB KV cache is needed, which is larger than the available KV cache memory (9.81 GiB). Based on the "
+     "available memory, the estimated maximum model length is 80352. Try increasing `gpu_memory_utilization` or "
+     "decreasing `max_model_len` when initializing the engine. See "
+     "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."),
+    # v0.24.0 vllm/v1/core/kv_cache_utils.py (NGC 26.07): "model's", the CPU note
+    ("kv_pool_too_small", "v0.24.0",
+     "(EngineCore pid=231) ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB "
+     "KV cache is needed, which is larger than the available KV cache memory (9.81 GiB). Based on the available "
+     "memory, the estimated maximum model length is 80352. Try increasing `gpu_memory_utilization` (which also "
+     "controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine. See "
+     "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."),
+    # v0.7.3 vllm/worker/worker.py raise_if_cache_size_invalid (V0 engine, to v0.10.2): the pool in tokens
+    ("kv_pool_too_small", "v0.7.3",
+     "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in "
+     "KV cache (80352). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+     "engine."),
+    # v0.9.2 vllm/worker/cpu_worker.py (V0 CPU)
+    ("kv_pool_too_small", "v0.9.2",
+     "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in "
+     "KV cache (80352). Try increasing `VLLM_CPU_KVCACHE_SPACE` or decreasing `max_model_len` when initializing the "
+     "engine."),
+    # v0.8.5 vllm/worker/cpu_worker.py
+    ("kv_pool_too_small", "v0.8.5",
+     "ValueError: No available memory for the cache blocks. Try increasing `VLLM_CPU_KVCACHE_SPACE` when "
+     "initializing the engine."),
+    # v0.24.0 vllm/v1/core/kv_cache_utils.py
+    ("kv_pool_too_small", "v0.24.0",
+     "(EngineCore pid=231) ValueError: No available memory for the cache blocks. Try increasing "
+     "`gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on the "
+     "CPU backend, despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more "
+     "details."),
+    # v0.24.0 vllm/v1/core/kv_cache_utils.py (auto-fit, from v0.14.0)
+    ("kv_pool_too_small", "v0.24.0",
+     "(EngineCore pid=231) ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even "
+     "a single token. Try increasing `gpu_memory_utilization`."),
+    # v0.7.3 vllm/model_executor/model_loader/loader.py (the same text in every loader to v0.32)
+    ("visual_uninitialized", "v0.7.3",
+     "ValueError: Following weights were not initialized from checkpoint: {'visual.blocks.0.attn.qkv.weight', "
+     "'visual.merger.mlp.0.weight'}"),
+    # v0.7.3 vllm/model_executor/models/utils.py AutoWeightsLoader (quoted prefix, no parameter list before v0.18)
+    ("language_model_only_with_tower", "v0.7.3",
+     "ValueError: There is no module or parameter named 'visual' in Qwen2_5_VLForConditionalGeneration"),
+    # v0.24.0 vllm/model_executor/models/utils.py ({prefix!r}, the available parameters listed)
+    ("language_model_only_with_tower", "v0.24.0",
+     "(EngineCore pid=90) ValueError: There is no module or parameter named 'model.visual' in "
+     "Qwen3_5MoeForConditionalGeneration. The available parameters belonging to model (Qwen3_5MoeModel) are: "
+     "{'model.language_model.embed_tokens.weight'}"),
+    # v0.7.3 vllm/model_executor/models/qwen2.py Qwen2Model.load_weights: `param = params_dict[name]`
+    ("language_model_only_with_tower", "v0.7.3", "KeyError: 'visual.blocks.0.attn.qkv.weight'"),
+    # v0.18.0 vllm/model_executor/models/deepseek_mtp.py (also v0.24.0)
+    ("mtp_weights_missing", "v0.18.0",
+     "(EngineCore_DP0 pid=77) ValueError: MTP speculative decoding layer 61 weights missing from checkpoint. The "
+     "checkpoint may have been quantized without including the MTP layers. Use a checkpoint that includes MTP layer "
+     "weights, or disable speculative decoding."),
+    # torch >= 2.5 (every vLLM from v0.7): the allocator's own error
+    ("out_of_memory", "v0.7.3",
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB. GPU 0 has a total capacity of 119.70 "
+     "GiB of which 512.00 MiB is free. Including non-PyTorch memory, this process has 118.30 GiB memory in use."),
+    # v0.24.0 vllm/v1/worker/gpu_model_runner.py load_model (from v0.14.0)
+    ("out_of_memory", "v0.24.0",
+     "(EngineCore pid=231) ERROR 07-27 10:00:00 [gpu_model_runner.py:5253] Failed to load model - not enough GPU "
+     "memory. Try lowering --gpu-memory-utilization to free memory for weights, increasing --tensor-parallel-size, "
+     "or using --quantization. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more tips. "
+     "(original error: CUDA out of memory. Tried to allocate 2.00 GiB.)"),
+    # v0.9.2 vllm/v1/worker/gpu_worker.py init_device (v0.14.0+ adds the device: "on device cuda:0 (...)")
+    ("out_of_memory", "v0.9.2",
+     "ValueError: Free memory on device (10.2/119.7 GiB) on startup is less than desired GPU memory utilization "
+     "(0.9, 107.73 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."),
+    # v0.24.0 vllm/v1/worker/utils.py request_memory
+    ("out_of_memory", "v0.24.0",
+     "(EngineCore pid=231) ValueError: Free memory on device cuda:0 (10.2/119.7 GiB) on startup is less than desired "
+     "GPU memory utilization (0.9, 107.73 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+     "processes."),
+    # v0.24.0 vllm/v1/worker/cpu_worker.py (CPU build, no --kv-cache-memory-bytes)
+    ("out_of_memory", "v0.24.0",
+     "(EngineCore pid=25) ValueError: Available memory on node 0 (3.1/23.54 GiB) on startup is less than desired CPU "
+     "memory utilization (0.9, 21.19 GiB). On the CPU backend, the `--gpu-memory-utilization` flag controls the "
+     "fraction of CPU memory reserved (despite its name). To resolve: decrease `--gpu-memory-utilization` (e.g. "
+     "`--gpu-memory-utilization 0.5`) or reduce CPU memory used by other processes."),
+    # v0.11.0 vllm/attention/layer.py (and model_executor/layers/linear.py: "... to allocate the weight.")
+    ("out_of_memory", "v0.11.0",
+     "RuntimeError: Failed to initialize q/k/v range constants. This may be caused by insufficient memory to "
+     "allocate kv cache."),
+    # v0.7.3 vllm/v1/worker/gpu_worker.py determine_num_available_blocks
+    ("out_of_memory", "v0.7.3",
+     "AssertionError: Error in memory profiling. Initial free memory 120312168448, current free memory 121345234944. "
+     "This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance."),
+    # v0.24.0 vllm/v1/worker/gpu_worker.py determine_available_memory
+    ("out_of_memory", "v0.24.0",
+     "AssertionError: Error in memory profiling. Initial free memory 10.2 GiB, current free memory 11.5 GiB. This "
+     "happens when other processes sharing the same container release GPU memory while vLLM is profiling during "
+     "initialization. To fix this, ensure consistent GPU memory allocation or isolate vLLM in its own container."),
+    # v0.24.0 vllm/third_party/pynvml.py: NVML_ERROR_MEMORY's text
+    ("out_of_memory", "v0.24.0", "vllm.third_party.pynvml.NVMLError_Memory: Insufficient Memory"),
+]
+
+
+@pytest.mark.parametrize(("cls", "release", "line"), WORDINGS, ids=[f"{c}-{r}-{i}" for i, (c, r, _) in enumerate(WORDINGS)])
+def test_every_release_wording_is_recognised(cls: str, release: str, line: str) -> None:
+    text = "Traceback (most recent call last):\n  File \"core.py\", line 1\n" + line + "\n"
+    d = diagnose(text, 1)
+    assert d is not None and d.failure_class == cls, (release, line)
+    assert d.retryable is RETRYABLE[cls]
+    assert d.evidence == (line if len(line) <= 500 else line[:497] + "...")  # the deciding line, capped
+    assert d.remediation.endswith(".") and d.remediation.count(". ") == 0
+
+
+@pytest.mark.parametrize(
+    ("release", "need", "avail", "estimate"),
+    [("v0.7.3", 16.0, 9.81, None), ("v0.8.5", 16.0, 9.81, None), ("v0.11.0", 16.0, 9.81, 80352),
+     ("v0.18.0", 16.0, 9.81, 80352), ("v0.24.0", 16.0, 9.81, 80352)],
+)
+def test_kv_sizes_parse_in_every_release(release: str, need: float, avail: float, estimate: int | None) -> None:
+    line = next(t for c, r, t in WORDINGS if r == release and "To serve at least one request" in t)
+    d = diagnose(line, 1)
+    assert d is not None and (d.needed_kv_gib, d.available_kv_gib, d.max_model_len) == (need, avail, 131072)
+    assert d.estimated_max_model_len == estimate
+    assert d.suggested_kv_cache_bytes == 17 * 1024**3 and "18253611008" in d.remediation
+
+
+def test_v0_kv_wording_keeps_the_window_and_what_fits() -> None:
+    line = next(t for c, r, t in WORDINGS if "can be stored in KV cache" in t)
+    d = diagnose(line, 1)
+    assert d is not None and (d.max_model_len, d.estimated_max_model_len) == (131072, 80352)
+    assert d.needed_kv_gib is None and d.suggested_kv_cache_bytes is None
+    assert "131072-token request" in d.remediation and "holds 80352" in d.remediation
+
+
+def test_keyerror_on_a_tower_weight_names_both_ways_out() -> None:
+    d = diagnose("KeyError: 'visual.blocks.0.attn.qkv.weight'", 1)
+    assert d is not None and d.failure_class == "language_model_only_with_tower"
+    assert "drop --language-model-only" in d.remediation and "vision-language architecture" in d.remediation
+    other = diagnose("KeyError: 'model.layers.40.mlp.gate.weight'", 1)  # not a tower weight: not this class
+    assert other is not None and other.failure_class == "unknown"
+
+
+def test_an_argument_the_release_does_not_know_is_unknown_with_argparse_line() -> None:
+    # vLLM before v0.18.0 has no --language-model-only (vllm/engine/arg_utils.py): argparse exits with status 2
+    text = ("usage: api_server.py [-h] [--host HOST] [--port PORT]\n"
+            "api_server.py: error: unrecognized arguments: --language-model-only\n")
+    d = diagnose(text, 2)
+    assert d is not None and d.failure_class == "unknown"
+    assert d.evidence == "api_server.py: error: unrecognized arguments: --language-model-only"
+
+
+def test_unexpected_keyword_argument_is_unknown_with_its_line() -> None:
+    text = ("Traceback (most recent call last):\n"
+            "TypeError: Qwen3_5MoeForConditionalGeneration.__init__() got an unexpected keyword argument 'prefix'\n")
+    d = diagnose(text, 1)
+    assert d is not None and d.failure_class == "unknown" and "unexpected keyword argument" in d.evidence

@@ -62,3 +62,16 @@ def test_missing_milestones_are_none_not_zero() -> None:
     t = dt.datetime(2026, 1, 1, tzinfo=UTC)
     p = startup_phases([(t, "starting")], t, None)
     assert p.model_dump(exclude_none=True) == {}
+
+
+def test_vllm_07_weights_loaded_line_ends_the_load() -> None:
+    # v0.7.3 vllm/worker/model_runner.py: "Loading model weights took %.4f GB" (no "Model loading took" yet, and
+    # the loader's "Loading weights took" only from v0.8.5)
+    t = dt.datetime(2025, 2, 20, tzinfo=UTC)
+    lines = [
+        (t + dt.timedelta(seconds=95), "INFO 02-20 10:11:12 model_runner.py:1115] Loading model weights took 14.9927 GB"),
+        (t + dt.timedelta(seconds=160), "INFO 02-20 10:12:17 llm_engine.py:436] init engine (profile, create kv cache, "
+                                        "warmup model) took 65.00 seconds"),
+    ]
+    p = startup_phases(lines, t, t + dt.timedelta(seconds=161))
+    assert (p.load_s, p.compile_s, p.ready_s) == (95.0, 65.0, 1.0)

