@@ -62,7 +62,7 @@ from tasks.health import health_wait_task
 from tasks.local_hub import local_hub_task
 from tasks.notify import notify_task
 from tasks.report import report_task
-from tasks.serve import serve_task
+from tasks.serve import backend_log, serve_task
 from tasks.vision_probe import vision_probe_task
 
 
@@ -217,7 +217,7 @@ def host_check_stage(record: RunRecord, backend: Backend, spec: ServeSpec, plan:
         for occ in occupants:
             backend.release(occ, log=logger.warning)
             notes.append(f"stopped {occ.describe()} (--replace; restart policy now no)")
-        notes += [f"stopped roost's {what}" for what in backend.retire(spec, log=logger.info)]
+        notes += [f"stopped roost's {what}" for what in backend.retire(spec, log=backend_log())]
         needed = plan.plan.fit.total_bytes
         available = backend.available_memory_bytes()
         notes.append(f"memory: {format_memory(available) if available is not None else 'unknown'} available, "

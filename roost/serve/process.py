@@ -435,4 +435,7 @@ class ProcessBackend(Backend):
     def retire(self, spec: ServeSpec, log: LogFn = _ignore) -> list[str]:
         """Stop the servers roost runs (or a crashed run left) on this host: one server per host."""
         stopped = reap_stale_servers(self.host.name)
+        if stopped:
+            log(f"warning: stopped {len(stopped)} vLLM server(s) a crashed earlier run left on host "
+                f"{self.host.name} (pids {stopped})")
         return [f"vLLM process group {pid} (stopped)" for pid in stopped]
