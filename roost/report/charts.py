@@ -168,7 +168,8 @@ def prefill_figure(record: RunRecord) -> Figure | None:
 
 def throughput_vs_concurrency(record: RunRecord, path: Path) -> Path | None:
     """Aggregate output tok/s against concurrency: the peak, the knee, the levels whose requests
-    queued (the server's peak waiting above 0) and the server's ``--max-num-seqs`` cap when known."""
+    queued (``BenchPoint.queued``: vLLM's queue time, or its waiting gauge above 0) and the server's
+    ``--max-num-seqs`` cap when known."""
     fig = throughput_figure(record)
     return None if fig is None else _save(fig, path)
 
