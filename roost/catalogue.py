@@ -140,6 +140,11 @@ class Metric(BaseModel):
             "definition": f"{self.definition} (median over repeats, {concurrency} concurrent users)",
         })
 
+    @property
+    def title(self) -> str:
+        """The label with a capital first letter: a table header, the start of a sentence."""
+        return self.label[:1].upper() + self.label[1:]
+
     def format(self, value: float | None) -> str:
         """``value`` in this metric's unit, as every output prints it."""
         return fmt_value(value, self.unit)

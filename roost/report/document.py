@@ -293,7 +293,7 @@ def _unmeasurable_note(pts: list[BenchPoint]) -> Para | None:
              + (f" ({p.unmeasurable_reasons})" if p.unmeasurable_reasons else "") for p in pts if p.unmeasurable]
     if not items:
         return None
-    return Para(text=f"**{C.UNMEASURABLE.label[:1].upper() + C.UNMEASURABLE.label[1:]}** — {'; '.join(items)}. "
+    return Para(text=f"**{C.UNMEASURABLE.title}** — {'; '.join(items)}. "
                      f"Left out of decode tok/s, TPOT and ITL (the rule: {code('roost/bench/validity.py')}).")
 
 
@@ -386,9 +386,9 @@ def _concurrency_section(record: RunRecord, charts: dict[str, Path]) -> Section:
         Table(
             headers=["Concurrency", "Prompt tokens", "OK/requests", "Aggregate output tok/s",
                      "Per-request decode tok/s", "TTFT s (median)", "TTFT s (p99)", "Requests/s",
-                     C.PEAK_RUNNING.label[:1].upper() + C.PEAK_RUNNING.label[1:],
-                     C.PEAK_WAITING.label[:1].upper() + C.PEAK_WAITING.label[1:],
-                     f"{C.QUEUE_TIME.label[:1].upper() + C.QUEUE_TIME.label[1:]} ({C.QUEUE_TIME.unit})"],
+                     C.PEAK_RUNNING.title,
+                     C.PEAK_WAITING.title,
+                     f"{C.QUEUE_TIME.title} ({C.QUEUE_TIME.unit})"],
             rows=rows,
             align_right=list(range(11)),
         )
@@ -453,7 +453,7 @@ def _mtp_ab_section(record: RunRecord) -> Section | None:
                                     "and its log no SpecDecoding lines."))
     else:
         source = "/metrics" if acc.source == "metrics" else "vLLM's SpecDecoding log lines"
-        text = (f"**{C.SPEC_ACCEPTANCE.label[:1].upper() + C.SPEC_ACCEPTANCE.label[1:]}:** "
+        text = (f"**{C.SPEC_ACCEPTANCE.title}:** "
                 f"{pct(acc.rate)} of {acc.draft_tokens:,.0f} draft tokens ({acc.drafts:,.0f} drafts, "
                 f"mean acceptance length {_f(acc.mean_acceptance_length)}), from {source} over the speculative "
                 "server's life (warm-up and benchmark).")
@@ -567,7 +567,7 @@ def _history(
     headers = ["Run", "Started (UTC)", "Status", "Comparable", "Decode tok/s", "TTFT s", "Peak tok/s", "Cold start s"]
     shown = runs[-15:]
     if any(r.mtp_ab is not None for r in shown):  # the MTP A/B's headline numbers, when any run has them
-        headers += [C.MTP_SPEEDUP.label, C.SPEC_ACCEPTANCE.label[:1].upper() + C.SPEC_ACCEPTANCE.label[1:]]
+        headers += [C.MTP_SPEEDUP.label, C.SPEC_ACCEPTANCE.title]
         for row, r in zip(rows, shown, strict=True):
             h = headline(r)
             row += [C.MTP_SPEEDUP.format(h.mtp_speedup), C.SPEC_ACCEPTANCE.format(h.spec_acceptance_rate)]

@@ -23,6 +23,7 @@ import httpx
 from roost.errors import StageFailed
 from roost.records import VisionProbe
 from roost.vllm.client import VllmClient
+from roost.vllm.stream import error_text
 
 FAILURE_CLASS = "vision_probe_failed"
 REMEDIATION = (
@@ -94,18 +95,11 @@ def probe_request(model: str, png: bytes, *, max_tokens: int = 8) -> dict[str, A
 
 
 def _server_message(resp: httpx.Response) -> str:
-    """vLLM's error message from an error response (``{"error": {"message": ...}}``), else the text."""
+    """vLLM's error message from an error response (``roost.vllm.stream.error_text``), else the text."""
     try:
-        body = resp.json()
+        return error_text(resp.json())[:500]
     except ValueError:
         return resp.text.strip()[:500]
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])[:500]
-        if isinstance(body.get("message"), str):
-            return str(body["message"])[:500]
-    return resp.text.strip()[:500]
 
 
 async def probe(client: VllmClient, *, timeout_s: float = 300.0, width: int = 64, height: int = 64) -> VisionProbe:

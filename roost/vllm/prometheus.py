@@ -32,11 +32,15 @@ class Sample(BaseModel):
     value: float
 
 
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+
 # Counter name in the delta -> exposition names, newest vLLM first (older releases used gpu_*).
 COUNTERS: dict[str, tuple[str, ...]] = {
-    "spec_decode_num_drafts": ("vllm:spec_decode_num_drafts_total",),
-    "spec_decode_num_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
-    "spec_decode_num_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+    "spec_decode_num_drafts": (SPEC_DRAFTS,),
+    "spec_decode_num_draft_tokens": (SPEC_DRAFT_TOKENS,),
+    "spec_decode_num_accepted_tokens": (SPEC_ACCEPTED,),
     "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     "num_preemptions": ("vllm:num_preemptions_total",),
@@ -192,9 +196,6 @@ def step_delta(
 
 # --- speculative decoding: draft acceptance, overall and per position ---------------------------------
 
-SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
-SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 """Accepted tokens per draft position, one series per ``position`` label ("0", "1", ...)."""
 

@@ -59,10 +59,6 @@ class SpecLogLine(BaseModel):
         return 0
 
 
-def _float(text: str) -> float:
-    return float(text)  # float() reads "nan" too
-
-
 def parse_line(line: str) -> SpecLogLine | None:
     """The interval one log line reports, or None when ``line`` is not a SpecDecoding metrics line."""
     m = SPEC_LINE.search(line)
@@ -70,14 +66,14 @@ def parse_line(line: str) -> SpecLogLine | None:
         return None
     rates = [r.strip() for r in m.group(6).split(",") if r.strip()]
     try:
-        per_position = [_float(r) for r in rates]
+        per_position = [float(r) for r in rates]
     except ValueError:
         return None
-    pct = _float(m.group(7))
+    pct = float(m.group(7))
     return SpecLogLine(
-        mean_acceptance_length=_float(m.group(1)),
-        accepted_tok_s=_float(m.group(2)),
-        drafted_tok_s=_float(m.group(3)),
+        mean_acceptance_length=float(m.group(1)),
+        accepted_tok_s=float(m.group(2)),
+        drafted_tok_s=float(m.group(3)),
         accepted_tokens=int(m.group(4)),
         draft_tokens=int(m.group(5)),
         per_position=per_position,
