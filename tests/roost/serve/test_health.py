@@ -168,7 +168,25 @@ def test_ready_means_health_then_the_served_name_then_a_completion(fake: FakeVll
                                               "API server up"]
     assert progress == [("engine starting", 0.05), ("weights loaded", 0.5), ("KV cache sized", 0.85),
                         ("API server up", 0.95), ("ready", 1.0)]
-    assert server.reads == r.polls  # one read of new text per poll, never the whole log
+    assert server.reads == r.polls + 1  # one read of new text per poll and one at ready, never the whole log
+
+
+def test_a_log_that_lags_the_answers_still_times_the_api_server_from_health(fake: FakeVllm) -> None:
+    """Docker's log follower on a busy host can deliver "Application startup complete" after the server
+    already answered: /health's 200 is the proof the API server is up, and its time is the milestone's."""
+    server = Attached(fake.base_url, ["Resolved architecture: Qwen3\n", "CPU KV cache size: 524,288 tokens\n"])
+    r = wait_until_ready(server, api_key=KEY, timeout_s=30, poll_interval_s=0.02)
+    up = {m.name: m.at_s for m in r.milestones}
+    assert list(up) == ["engine starting", "KV cache sized", "API server up"]
+    assert up["API server up"] == r.health_ok_s
+
+
+def test_the_log_line_read_at_ready_times_the_api_server(fake: FakeVllm) -> None:
+    pieces = ["Resolved architecture: Qwen3\n"] + [""] * 5 + ["INFO: Application startup complete.\n"]
+    # six polls (the first test above), each reading one piece; the seventh piece is read at ready
+    r = wait_until_ready(Attached(fake.base_url, pieces), api_key=KEY, timeout_s=30, poll_interval_s=0.02)
+    up = {m.name: m.at_s for m in r.milestones}
+    assert up["API server up"] > r.health_ok_s  # read at ready, after the answers (not replaced by the health time)
 
 
 def test_a_wrong_key_is_reported_as_such(fake: FakeVllm) -> None:
