@@ -22,6 +22,9 @@ from roost.store.atomic import atomic_write_bytes
 # every flow's start (a deployment run's Pending -> Running, measured by benchmarks/bench_orchestration.py),
 # the audit flow and the CLI would pay without drawing anything.
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 BLUE = "#2D6FB7"
@@ -134,6 +137,12 @@ def ttft_vs_prompt(record: RunRecord, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def _label_points(ax: Axes, xs: Sequence[float], ys: Sequence[float], dy: int) -> None:
+    """Each point's value printed ``dy`` points above it."""
+    for x, y in zip(xs, ys, strict=True):
+        ax.annotate(fmt_value(y), (x, y), textcoords="offset points", xytext=(0, dy), ha="center", fontsize=9)
+
+
 def prefill_vs_prompt(record: RunRecord, path: Path) -> Path | None:
     """Prefill tok/s (prompt tokens / TTFT; median, min-max bars) against prompt length."""
     fig = prefill_figure(record)
@@ -153,8 +162,7 @@ def prefill_figure(record: RunRecord) -> Figure | None:
     ax = fig.add_subplot()
     ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=GREEN, capsize=4, lw=2, ms=7,
                 label=f"{C.PREFILL.label} (median, min–max)")
-    for x, y in zip(xs, ys, strict=True):
-        ax.annotate(fmt_value(y), (x, y), textcoords="offset points", xytext=(0, 9), ha="center", fontsize=9)
+    _label_points(ax, xs, ys, 9)
     peak = max(range(len(ys)), key=lambda i: ys[i])
     ax.plot([xs[peak]], [ys[peak]], marker="D", color=RED, ms=8, ls="none",
             label=f"fastest: {fmt_value(ys[peak], C.PREFILL.unit)} at a {xs[peak]:,}-token prompt")
@@ -184,8 +192,7 @@ def throughput_figure(record: RunRecord) -> Figure | None:
     fig = _figure()
     ax = fig.add_subplot()
     ax.plot(xs, ys, "o-", color=BLUE, lw=2, ms=7, label="aggregate output tok/s")
-    for x, y in zip(xs, ys, strict=True):
-        ax.annotate(fmt_value(y), (x, y), textcoords="offset points", xytext=(0, 10), ha="center", fontsize=9)
+    _label_points(ax, xs, ys, 10)
     knee = knee_of(pts)
     if knee is not None:
         ax.axhline(KNEE_FRACTION * knee.peak_output_tok_s, color=GREY, ls=":", lw=1,

@@ -248,9 +248,9 @@ def log_message(line: str) -> str:
     return (stripped if stripped != text else _SHORT_PREFIX.sub("", text, count=1)).strip()
 
 
-def _add(names: list[str], name: str) -> None:
-    if name not in names:
-        names.append(name)
+def _in_log_order(found: list[tuple[int, str]]) -> list[str]:
+    """The names of ``(position, name)`` matches in the order the log shows them, each once."""
+    return list(dict.fromkeys(name for _, name in sorted(found)))
 
 
 def _attention_backends(text: str) -> list[str]:
@@ -259,10 +259,7 @@ def _attention_backends(text: str) -> list[str]:
         for m in pattern.finditer(text):
             raw = m.group("name").strip()
             found.append((m.start(), _ATTN_NAMES.get(raw, raw.upper().replace(" ", "_"))))
-    names: list[str] = []
-    for _, name in sorted(found):
-        _add(names, name)
-    return names
+    return _in_log_order(found)
 
 
 def _moe_backends(text: str) -> list[str]:
@@ -275,10 +272,7 @@ def _moe_backends(text: str) -> list[str]:
             found.append((m.start(), f"{name} ({label})"))
     if not found:  # 0.32 also names the experts class; only worth reporting when the oracle line is absent
         found = [(m.start(), f"{m.group('name')} (MoE)") for m in _MOE_EXPERTS.finditer(text)]
-    names: list[str] = []
-    for _, name in sorted(found):
-        _add(names, name)
-    return names
+    return _in_log_order(found)
 
 
 def _explained(text: str) -> list[ExplainedLine]:
