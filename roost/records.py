@@ -95,7 +95,7 @@ class StartAttempt(BaseModel):
     retryable: bool | None = None
     remediation: str = ""
     evidence: str = ""
-    action: str = Field(default="", description="What roost did next: retry, retry on a new port, raise the pool, stop.")
+    action: str = Field(default="", description="What roost did next: retry, retry on a new port, raise the pool, clear the compile cache, stop.")
 
 
 class ServeObservation(BaseModel):

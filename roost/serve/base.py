@@ -224,6 +224,11 @@ class Server(ABC):
     def stop(self) -> None:
         """Stop it (and its children), keeping its final log and exit status. Idempotent."""
 
+    @abstractmethod
+    def clear_compile_cache(self, entry: str) -> str:
+        """After ``stop()``: remove the compile-cache entry ``entry`` (a path as the server saw it, from
+        ``Diagnosis.compile_cache_entry``) so the next start compiles afresh; one line saying what was done."""
+
 
 class Backend(ABC):
     """How vLLM runs on one host: the whole lifecycle, implemented by ``process`` and ``docker``."""

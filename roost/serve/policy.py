@@ -10,6 +10,10 @@ out_of_memory, health_timeout   retry after a backoff (5 s, 10 s, 20 s ... at mo
                                 a previous server still holds, a slow cold load, are transient
 port_in_use                     retry at once on a new port (someone took it); stop when the port
                                 is fixed (the profile's: a gateway expects the server there)
+compile_cache_corrupt           remove the compile-cache entry the log names (``Server.clear_compile_cache``)
+                                once and retry at once: a server stopped mid-compile left it half-written,
+                                and every start of the same configuration would load it; stop when it
+                                was removed once already (the fault is not the cache)
 kv_pool_too_small               raise ``--kv-cache-memory-bytes`` once to what vLLM said one
                                 request needs, and retry; stop when vLLM named no size, or the
                                 raised pool was too small again
@@ -30,7 +34,7 @@ from pydantic import BaseModel, Field
 
 from roost.serve.diagnose import Diagnosis
 
-Action = Literal["retry", "retry on a new port", "raise the pool", "stop"]
+Action = Literal["retry", "retry on a new port", "raise the pool", "clear the compile cache", "stop"]
 """What roost does after a failed attempt (``roost.records.StartAttempt.action``)."""
 
 MAX_ATTEMPTS = 3
@@ -45,6 +49,7 @@ class Decision(BaseModel):
     action: Action
     backoff_s: float = Field(default=0.0, description="Wait this long before the next attempt.")
     kv_cache_bytes: int | None = Field(default=None, description="raise the pool: the new --kv-cache-memory-bytes.")
+    compile_cache_entry: str | None = Field(default=None, description="clear the compile cache: the entry to remove.")
     reason: str = Field(description="One sentence for the log: why this decision.")
 
 
@@ -53,10 +58,11 @@ def backoff_s(attempt: int) -> float:
     return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** (attempt - 1))
 
 
-def decide(diagnosis: Diagnosis | None, attempt: int, *, pool_raised: bool = False,
+def decide(diagnosis: Diagnosis | None, attempt: int, *, pool_raised: bool = False, cache_cleared: bool = False,
            max_attempts: int = MAX_ATTEMPTS, fixed_port: bool = False) -> Decision:
     """The decision after attempt ``attempt`` (1-based) failed with ``diagnosis``; ``fixed_port``: the
-    server must listen on its port (never moved)."""
+    server must listen on its port (never moved); ``cache_cleared``: a compile-cache entry was removed
+    by an earlier attempt."""
     if diagnosis is None:
         return Decision(action="stop", reason="the failure has no diagnosis: nothing says a retry could succeed")
     cls = diagnosis.failure_class
@@ -68,6 +74,14 @@ def decide(diagnosis: Diagnosis | None, attempt: int, *, pool_raised: bool = Fal
                             reason=f"raising the KV pool to {size} bytes (what vLLM said one request needs) and retrying")
         why = "the raised pool was too small too" if pool_raised else (
             "vLLM named no size to raise the pool to" if size is None else "no attempt left")
+        return Decision(action="stop", reason=f"{why}: {diagnosis.remediation}")
+    if cls == "compile_cache_corrupt":
+        entry = diagnosis.compile_cache_entry
+        if entry is not None and not cache_cleared and not last:
+            return Decision(action="clear the compile cache", compile_cache_entry=entry,
+                            reason=f"removing the half-written compile-cache entry {entry} and retrying at once")
+        why = ("an entry was removed once already, so the cache is not the fault" if cache_cleared else
+               "no attempt left" if last else "the log names no cache entry roost may remove")
         return Decision(action="stop", reason=f"{why}: {diagnosis.remediation}")
     if cls == "port_in_use" and fixed_port:
         return Decision(action="stop", reason="the port is fixed by the profile (clients expect the server there): "

@@ -22,6 +22,7 @@ import contextvars
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -44,7 +45,7 @@ from roost.serve.base import (
     StartPlan,
     _ignore,
 )
-from roost.serve.diagnose import Diagnosis, diagnose
+from roost.serve.diagnose import Diagnosis, compile_cache_entry, diagnose
 from roost.serve.logs import LogBuffer, split_lines
 from roost.serve.occupancy import Occupant
 from roost.serve.phases import StartupPhases, startup_phases
@@ -199,11 +200,26 @@ class ProcessServer(Server):
             self._tail.join(timeout=5)
             self._read(final=True)
 
+    def clear_compile_cache(self, entry: str) -> str:
+        return remove_compile_cache_entry(entry)
+
     def __enter__(self) -> ProcessServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def remove_compile_cache_entry(entry: str) -> str:
+    """Remove the compile-cache directory ``entry`` from this host's disk, only when it is shaped like
+    one (``roost.serve.diagnose.compile_cache_entry``): never anything above it. One line saying what was done."""
+    if compile_cache_entry(entry + "/x") != entry:
+        return f"left {entry} in place: not a compile-cache entry roost may remove"
+    path = Path(entry)
+    if not path.is_dir():
+        return f"the compile-cache entry {entry} is gone already"
+    shutil.rmtree(path)
+    return f"removed the half-written compile-cache entry {entry}: the next start compiles it afresh"
 
 
 def _group_alive(pgid: int) -> bool:

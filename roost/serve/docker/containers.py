@@ -240,6 +240,11 @@ class DockerServer(Server):
             with contextlib.suppress(NotFound):
                 container.remove(force=True)
 
+    def clear_compile_cache(self, entry: str) -> str:
+        """The cache lived in the container's own filesystem (roost mounts only the model), which
+        ``stop()`` removed: nothing is left to remove, the next container compiles afresh."""
+        return f"the compile-cache entry {entry} went with the removed container {self.name}: the next container compiles afresh"
+
     def _catch_up(self, container: Container) -> None:
         """The stream broke off: read the rest of the log once (before the container is removed)."""
         entries = bytes(container.logs(stdout=True, stderr=True, timestamps=True)).split(b"\n")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 REAL_KV_LOG = Path(__file__).parents[1] / "serve" / "logs" / "kv-too-small.cpu-container.log"
 REAL_OK_LOG = Path(__file__).parents[1] / "serve" / "logs" / "serve-ok.cpu-container.ts.log"
+REAL_CACHE_LOG = Path(__file__).parents[1] / "serve" / "logs" / "compile-cache-half-written.cpu.log"
 
 
 def roost(*args: str) -> subprocess.CompletedProcess[str]:
@@ -26,6 +27,15 @@ def test_json_for_a_real_failed_start() -> None:
     assert out["evidence"].startswith("ValueError: To serve at least one request with the model's max seq len (2048), "
                                       "(0.0 GiB KV cache is needed")
     assert (out["max_model_len"], out["estimated_max_model_len"], out["suggested_kv_cache_bytes"]) == (2048, 384, 1024**3)
+
+
+def test_json_names_the_compile_cache_entry_to_remove() -> None:
+    r = roost("diagnose", str(REAL_CACHE_LOG), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["failure_class"], out["retryable"]) == ("compile_cache_corrupt", True)
+    assert out["compile_cache_entry"].startswith("/tmp/race/c1/torch_compile_cache/torch_aot_compile/")
+    assert f"remove {out['compile_cache_entry']} and start again" in out["remediation"]
 
 
 def test_healthy_log_exits_1() -> None:

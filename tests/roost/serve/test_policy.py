@@ -16,6 +16,7 @@ def diag(cls: str, **extra: object) -> Diagnosis:
 
 
 KV_SIZED = {"suggested_kv_cache_bytes": 6 * GiB, "needed_kv_gib": 5.12}
+CACHE = {"compile_cache_entry": "/c/torch_compile_cache/torch_aot_compile/" + "ab" * 32}
 
 # (failure class, diagnosis extras, attempt, pool already raised) -> (action, backoff s, new pool bytes)
 TABLE = [
@@ -36,6 +37,9 @@ TABLE = [
     ("visual_uninitialized", {}, 1, False, ("stop", 0.0, None)),
     ("language_model_only_with_tower", {}, 1, False, ("stop", 0.0, None)),
     ("mtp_weights_missing", {}, 1, False, ("stop", 0.0, None)),
+    ("compile_cache_corrupt", CACHE, 1, False, ("clear the compile cache", 0.0, None)),
+    ("compile_cache_corrupt", CACHE, 3, False, ("stop", 0.0, None)),  # no attempt left
+    ("compile_cache_corrupt", {}, 1, False, ("stop", 0.0, None)),  # the log named nothing roost may remove
     ("unknown", {}, 1, False, ("stop", 0.0, None)),
 ]
 
@@ -71,3 +75,10 @@ def test_more_attempts_allowed_keep_retrying_transient_failures() -> None:
     d = decide(diag("health_timeout"), 3, max_attempts=5)
     assert (d.action, d.backoff_s) == ("retry", 20.0)
     assert decide(diag("health_timeout"), 5, max_attempts=5).action == "stop"
+
+
+def test_a_compile_cache_entry_is_cleared_once_and_named() -> None:
+    first = decide(diag("compile_cache_corrupt", **CACHE), 1)
+    assert first.compile_cache_entry == CACHE["compile_cache_entry"] and CACHE["compile_cache_entry"] in first.reason
+    again = decide(diag("compile_cache_corrupt", **CACHE), 2, cache_cleared=True)
+    assert again.action == "stop" and "removed once already" in again.reason

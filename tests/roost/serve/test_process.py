@@ -18,7 +18,13 @@ from roost.errors import UserError
 from roost.hosts import CPU
 from roost.net import free_port
 from roost.serve.base import ServeSpec, StartFailed
-from roost.serve.process import ProcessBackend, reap_stale_servers, start_process_server, vllm_command
+from roost.serve.process import (
+    ProcessBackend,
+    reap_stale_servers,
+    remove_compile_cache_entry,
+    start_process_server,
+    vllm_command,
+)
 from roost.settings import roost_home
 
 
@@ -226,3 +232,17 @@ def test_backend_start_reaps_a_crashed_run_warns_about_restart_policies_and_is_f
         if left.poll() is None:
             os.killpg(left.pid, 9)
     assert backend.servers() == []
+
+
+def test_a_compile_cache_entry_is_removed_and_nothing_else(tmp_path: Path) -> None:
+    aot = tmp_path / "torch_compile_cache" / "torch_aot_compile"
+    entry, other = aot / ("ab" * 32), aot / ("cd" * 32)
+    for d in (entry / "inductor_cache" / "cw", other):
+        d.mkdir(parents=True)
+    (entry / "inductor_cache" / "cw" / "c.main.so").write_bytes(b"")
+    assert remove_compile_cache_entry(str(entry)).startswith(f"removed the half-written compile-cache entry {entry}")
+    assert not entry.exists() and other.is_dir()
+    assert remove_compile_cache_entry(str(entry)) == f"the compile-cache entry {entry} is gone already"
+    for refused in (aot, tmp_path, aot / ".." / "torch_aot_compile" / ("cd" * 32)):
+        assert remove_compile_cache_entry(str(refused)).startswith(f"left {refused} in place")
+    assert other.is_dir()
