@@ -134,15 +134,22 @@ def slack_chart(session_dir: Path) -> Path:
 
 
 class VllmServerInfo:
-    def __init__(self, base_url: str, model: str, api_key: str, log_path: Path) -> None:
+    def __init__(self, base_url: str, model: str, api_key: str, log_path: Path, spec: Any) -> None:
         self.base_url, self.model, self.api_key, self.log_path = base_url, model, api_key, log_path
+        self.spec = spec  # the ServeSpec it was started with
+
+    @property
+    def compile_cache(self) -> Path:
+        """Its own VLLM_CACHE_ROOT (compiled once per session; ``test_compile_cache_vllm`` breaks and mends it)."""
+        return Path(self.spec.env["VLLM_CACHE_ROOT"])
 
 
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]:
     """A real vLLM CPU server for the tiny model, with an API key; shared by the whole session.
 
-    Started through the process backend on a host named ``test-session`` (its state file says so)."""
+    Started through the process backend on a host named ``test-session`` (its state file says so), with
+    a compile cache of its own under the session directory."""
     from roost.hosts import CPU
     from roost.net import free_port
     from roost.serve.base import ServeSpec
@@ -152,11 +159,11 @@ def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]
     key = "test-key-" + os.urandom(6).hex()
     spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(),
                      vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048"],
-                     log_path=session_dir / "vllm-session.log")
+                     log_path=session_dir / "vllm-session.log", env={"VLLM_CACHE_ROOT": str(session_dir / "vllm-cache")})
     backend = ProcessBackend(CPU.model_copy(update={"name": "test-session"}))
     server = backend.start(spec, key, backend.prepare())
     try:
         wait_until_ready(server, api_key=key, timeout_s=600)
-        yield VllmServerInfo(server.base_url, "tiny", key, spec.log_path)  # type: ignore[arg-type]
+        yield VllmServerInfo(server.base_url, "tiny", key, spec.log_path, spec)  # type: ignore[arg-type]
     finally:
         server.stop()

@@ -2,25 +2,27 @@
 
 What happened in CI: a worker died mid-landing, the retried run stopped the orphan vLLM while torch
 inductor was still building its kernel libraries, and from then on every start of that configuration
-loaded a 0-byte ``.main.so`` from ``VLLM_CACHE_ROOT`` and died ("Engine core initialization failed").
-Here a server is killed once inductor has written its first library; the libraries are then cut to
-0 bytes (the kill may land between two of them: a 0-byte one is what a kill mid-link leaves, see
-``logs/compile-cache-half-written.cpu.log``). The cold load must name the fault, remove that cache
-entry, and come up on its second attempt, compiling afresh.
+loaded a 0-byte ``.main.so`` from ``VLLM_CACHE_ROOT`` and died ("Engine core initialization failed";
+``logs/compile-cache-half-written.cpu.log`` is that log, captured by killing a server 25 s into its
+compile and starting it again).
+
+Here the session server's own compiled entry is put in the state such a kill leaves: no AOT artifact,
+no AOT-autograd entries, 0-byte kernel libraries (new files: the running session server keeps the
+ones it mapped). A server of the same configuration on the same cache (the library names depend on
+both) must fail, be named ``compile_cache_corrupt``, have that entry removed, and come up on its
+second attempt, compiling afresh; the cache is whole again afterwards.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import time
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from roost.hosts import CPU
 from roost.net import free_port
-from roost.serve.base import ServeSpec
 from roost.serve.coldload import cold_load
 from roost.serve.health import wait_until_ready
 from roost.serve.process import ProcessBackend
@@ -28,43 +30,40 @@ from roost.serve.process import ProcessBackend
 pytestmark = pytest.mark.slow
 
 
-def _libraries(root: Path) -> list[Path]:
-    return sorted(root.rglob("*.main.so"))
+def _libraries(entry: Path) -> list[Path]:
+    return sorted(entry.rglob("*.main.so"))
 
 
-def test_a_half_written_compile_cache_is_removed_and_the_retry_compiles_afresh(tiny_model: Path,
-                                                                                tmp_path: Path) -> None:
-    cache = tmp_path / "vllm-cache"
-    spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(),
-                     vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048"],  # compiled: no --enforce-eager
-                     env={"VLLM_CACHE_ROOT": str(cache)}, log_path=tmp_path / "vllm.log")
-    backend = ProcessBackend(CPU.model_copy(update={"name": "test-compile-cache"}))
-    prepared = backend.prepare()
-
-    killed = backend.start(spec, None, prepared)
-    try:
-        deadline = time.monotonic() + 600
-        while not _libraries(cache) and killed.is_running() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _libraries(cache), "inductor built no kernel library:\n" + killed.logs()[-3000:]
-        os.killpg(killed.pid, signal.SIGKILL)  # a crash, not a shutdown
-    finally:
-        killed.stop()
-    for lib in _libraries(cache):
+def _leave_half_written(entry: Path) -> None:
+    for artifact in entry.glob("rank_*/model"):
+        artifact.unlink()
+    shutil.rmtree(entry / "inductor_cache" / "aotautograd", ignore_errors=True)
+    for lib in _libraries(entry):
+        lib.unlink()  # never truncate in place: the session server has it mapped
         lib.write_bytes(b"")
 
+
+def test_a_half_written_compile_cache_is_removed_and_the_retry_compiles_afresh(vllm_server: Any,
+                                                                                tmp_path: Path) -> None:
+    (entry,) = (vllm_server.compile_cache / "torch_compile_cache" / "torch_aot_compile").iterdir()
+    assert _libraries(entry), f"the session server compiled no kernel library into {entry}"
+    _leave_half_written(entry)
+
+    spec = vllm_server.spec.model_copy(update={"port": free_port(), "log_path": tmp_path / "vllm.log"})
+    backend = ProcessBackend(CPU.model_copy(update={"name": "test-compile-cache"}))
+    prepared = backend.prepare()
     said: list[str] = []
-    loaded = cold_load(lambda s: backend.start(s, None, prepared),
-                       lambda srv: wait_until_ready(srv, api_key=None, timeout_s=900),
+    # the session server's key too: vLLM hashes its VLLM_* environment into the entry's name
+    loaded = cold_load(lambda s: backend.start(s, vllm_server.api_key, prepared),
+                       lambda srv: wait_until_ready(srv, api_key=vllm_server.api_key, timeout_s=900),
                        spec, log=said.append)
     try:
         first, second = loaded.attempts
         assert (first.failure_class, first.action) == ("compile_cache_corrupt", "clear the compile cache"), first
         assert first.evidence.endswith(".main.so: file too short"), first.evidence
-        entry = Path(first.remediation.split("remove ", 1)[1].split(" and start again")[0])
-        assert entry.parent == cache / "torch_compile_cache" / "torch_aot_compile"
         assert f"removed the half-written compile-cache entry {entry}: the next start compiles it afresh" in said
         assert second.ok and loaded.spec == spec
-        assert _libraries(cache) and all(lib.stat().st_size > 0 for lib in _libraries(cache))  # compiled afresh
+        assert list(entry.glob("rank_*/model"))  # compiled afresh and saved
+        assert _libraries(entry) and all(lib.stat().st_size > 0 for lib in _libraries(entry))
     finally:
         loaded.server.stop()
