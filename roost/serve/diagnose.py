@@ -65,6 +65,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from roost.serve.vllm_log import log_message
 from roost.units import GiB
 
 FailureClass = Literal[
@@ -390,16 +391,14 @@ def _last_nonempty_line(text: str) -> str:
     return ""
 
 
-_ERROR_LINE = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception)\b:[^\n]*|^[^\n]*\bERROR\b[^\n]*", re.MULTILINE)
+_EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception)\b:")  # "torch._inductor.exc.InductorError: ..."
+_ERROR_LINE = re.compile(rf"{_EXCEPTION.pattern}[^\n]*|^[^\n]*\bERROR\b[^\n]*", re.MULTILINE)
 # argparse: "api_server.py: error: unrecognized arguments: --language-model-only" (exit status 2)
 _USAGE_ERROR = re.compile(r"^[\w./-]+: error: [^\n]*", re.MULTILINE)
 
 
 # vLLM's wrappers that only point up the log at the real error (v1/engine/utils.py, multiproc_executor.py)
 _WRAPPER = re.compile(r"See root cause above|check the stack trace above for the root cause")
-# vLLM's line prefix: "(Worker pid=12) ERROR 12-01 13:02:48 [multiproc_executor.py:1063] "
-_VLLM_PREFIX = re.compile(r"^(?:\S+Z )?\(\w+ pid=\d+\) [A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ")
-_EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception)\b:")
 
 
 def _best_error_line(text: str) -> str:
@@ -407,7 +406,7 @@ def _best_error_line(text: str) -> str:
     not one of vLLM's "see root cause above" wrappers; else the last wrapper; else argparse's
     ``prog: error: ...``; else the last ERROR line."""
     exc = [m for m in _ERROR_LINE.finditer(text) if not m.group(0).startswith(("ERROR", " "))]
-    raised = [m for m in exc if _EXCEPTION.match(_VLLM_PREFIX.sub("", m.group(0)))]
+    raised = [m for m in exc if _EXCEPTION.match(log_message(m.group(0)))]
     root = [m for m in raised if not _WRAPPER.search(m.group(0))]
     best = root or raised or exc
     m = best[-1] if best else _last(_USAGE_ERROR, text) or _last(_ERROR_LINE, text)
