@@ -49,6 +49,8 @@ class HostBlock(Block):
                                   description="Addresses the vLLM port is published on.")
     docker_url: str = Field(default="unix:///var/run/docker.sock", description="The host's Docker engine.")
     health_timeout_s: float = Field(default=900.0, gt=0, description="How long a cold load may take.")
+    results_url: str = Field(default="", description="Where a browser reaches this host's results/reports "
+                             "(`roost results serve`), e.g. http://spark:8765; empty: charts inline only.")
 
     def to_profile(self) -> HostProfile:
         """The plain ``HostProfile`` the flows and ``roost/`` logic use."""

@@ -19,9 +19,20 @@ from __future__ import annotations
 from typing import Literal
 
 from prefect.blocks.core import Block
+from prefect.blocks.notifications import CustomWebhookNotificationBlock
+from prefect.types import SecretDict
 from pydantic import Field, SecretStr, model_validator
 
 NotifyOn = Literal["regression", "failure", "every_run"]
+
+SLACK_BLOCK = "roost-slack"
+"""The SlackNotifier block roost reads by default (``tasks.notify``) and ``roost setup`` makes crash alerts from."""
+
+STAGE_LABEL = "roost.stage"
+"""The flow-run label ``flows.stages.stage`` sets to the stage a run is in; the crash alert reports it."""
+
+ALERT_TEXT = "*{{subject}}*\n{{body}}"
+"""The Slack text of a server-sent notification: the automation's rendered subject and body."""
 
 
 def _default_notify_on() -> list[NotifyOn]:
@@ -80,6 +91,28 @@ class SlackNotifier(Block):
         if self.bot_token is not None and self.bot_token.get_secret_value().strip():
             return "bot"
         return "webhook"
+
+    def prefect_notification_block(self) -> CustomWebhookNotificationBlock:
+        """The same Slack destination as a Prefect notification block, for automations to send through.
+
+        The Prefect server sends it, so a message goes out when the run's own process is gone (a crash).
+        A bot token posts ``chat.postMessage`` to ``base_url`` with ``Authorization: Bearer`` and the
+        channel; a webhook URL gets the text posted to it. The token, or the webhook URL (its path is the
+        credential), is only in the block's ``secrets``, substituted when the message is sent.
+        """
+        if self.transport == "bot":
+            token = self.bot_token.get_secret_value().strip() if self.bot_token is not None else ""
+            return CustomWebhookNotificationBlock(
+                name="roost crash alerts: Slack chat.postMessage", url=self.base_url.rstrip("/") + "/chat.postMessage",
+                method="POST", headers={"Authorization": "Bearer {{token}}",
+                                        "Content-Type": "application/json; charset=utf-8"},
+                json_data={"channel": self.channel.strip(), "text": ALERT_TEXT},
+                cookies=None, secrets=SecretDict({"token": token}), timeout=float(self.timeout_s))
+        url = self.webhook_url.get_secret_value().strip() if self.webhook_url is not None else ""
+        return CustomWebhookNotificationBlock(
+            name="roost crash alerts: Slack incoming webhook", url="{{webhook_url}}", method="POST",
+            json_data={"text": ALERT_TEXT}, headers=None, cookies=None, secrets=SecretDict({"webhook_url": url}),
+            timeout=float(self.timeout_s))
 
     def secrets(self) -> list[str]:
         """The secret values (to redact from any text that could reach a log or a record)."""

@@ -30,6 +30,7 @@ from prefect.schedules import Cron
 from prefect.utilities.annotations import freeze
 
 from blocks.resolve import all_profiles, load_host
+from deployments._prefect_compat import deployment_version_info, parameter_schema, set_parameter_schema
 from roost.hosts import HostProfile
 from roost.profiles import PROFILES, ModelProfile
 
@@ -39,6 +40,10 @@ DEFAULT_TIMEZONE = "UTC"
 HEARTBEAT_S = 30
 """Flow runs of roost deployments emit a heartbeat this often (PREFECT_FLOWS_HEARTBEAT_FREQUENCY);
 the zombie automation ``roost setup`` creates marks a run crashed when they stop."""
+
+EXTRA_LOGGERS = "roost"
+"""PREFECT_LOGGING_EXTRA_LOGGERS of the flow-run processes: roost's module loggers (``roost.hub`` retries
+and resumes, ...) send their lines to the run's logs in the UI (at INFO: ``flows/identity.py``)."""
 
 ENTRYPOINTS: dict[str, str] = {
     "land": "flows/land.py:land",
@@ -123,13 +128,14 @@ def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: 
         tags=["roost", f"host:{host.name}"],
         work_pool_name=pool,
         work_queue_name=host.name,
-        job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}},
+        job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
+                               "PREFECT_LOGGING_EXTRA_LOGGERS": EXTRA_LOGGERS}},
         enforce_parameter_schema=True,
         _sync=True,  # type: ignore[call-arg]
     ))
-    schema = dep._parameter_openapi_schema.model_dump(exclude_unset=True)
+    schema = parameter_schema(dep)
     _tune_schema(schema, sorted(profiles), dep.model_dump(mode="json", include={"parameters"})["parameters"])
-    dep._parameter_openapi_schema = type(dep._parameter_openapi_schema).model_validate(schema)
+    set_parameter_schema(dep, schema)
     return dep
 
 
@@ -152,7 +158,7 @@ def _desired(dep: RunnerDeployment) -> dict[str, Any]:
         "entrypoint": dep.entrypoint,
         "pull_steps": (pull if isinstance(pull, list) else [pull]) if pull else None,
         "parameters": dep.model_dump(mode="json", include={"parameters"})["parameters"],
-        "parameter_openapi_schema": dep._parameter_openapi_schema.model_dump(exclude_unset=True),
+        "parameter_openapi_schema": parameter_schema(dep),
         "work_pool_name": dep.work_pool_name,
         "work_queue_name": dep.work_queue_name,
         "job_variables": dep.job_variables,
@@ -193,7 +199,7 @@ def apply_deployment(dep: RunnerDeployment) -> tuple[Status, list[str]]:
     Returns the status and the names of the fields that differed (empty when unchanged). An
     unchanged deployment is not written at all, so its schedule and scheduled runs stay as they are.
     """
-    version_info = dep._get_deployment_version_info(dep.version_type)
+    version_info = deployment_version_info(dep)
     want = _desired(dep)
     with get_client(sync_client=True) as client:
         try:

@@ -5,7 +5,14 @@ document per built-in host and profile; the ``process`` work pool; one work queu
 per-host global concurrency limits ``roost-serve-<host>`` (one slot, created by
 ``tasks.host_slot.ensure_host_limit``) the serve stage takes with ``strict=True``; the automation
 that marks a roost flow run crashed when its heartbeats stop (a worker or machine that died
-mid-run); and the deployments of ``deployments.deploy``.
+mid-run); the crash alert (a Prefect notification block made from the ``roost-slack`` Slack settings,
+and the automation that sends it when a roost run enters Crashed: the run's own process, which
+sends roost's other Slack messages, is gone); and the deployments of ``deployments.deploy``.
+
+The hosts set up are those that exist or are named: every saved host document (``roost-host``, or
+the legacy ``spark-host``), the hosts named with ``--hosts``, and this machine's CPU host ``cpu``.
+A built-in host that is none of these (``spark`` on a CPU-only box) is skipped, and the report says
+so: its deployments would sit Not Ready, their nightly runs queued for a worker that does not exist.
 
 Each object is read first and written only when missing or different, and reported as
 ``created``, ``updated`` or ``unchanged``; a second run reports everything ``unchanged`` and writes
@@ -26,28 +33,32 @@ import datetime as dt
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
+from uuid import UUID
 
 from prefect.automations import Automation
 from prefect.blocks.core import Block
+from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.blocks.system import Secret
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.schedules import CronSchedule
-from prefect.events.actions import ChangeFlowRunState
+from prefect.events.actions import ChangeFlowRunState, SendNotification
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.events.schemas.events import ResourceSpecification
 from prefect.exceptions import ObjectNotFound
-from prefect.settings import PREFECT_API_URL
+from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL
 from prefect.workers.process import ProcessWorker
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from blocks.hosts import LEGACY_HOST_SLUG, HostBlock, builtin_host_documents, host_fields
 from blocks.profiles import ModelProfileBlock, builtin_profile_documents
 from blocks.resolve import VLLM_API_KEY_BLOCK, all_profiles, load_host, read_documents, validation_problems
-from blocks.slack import SlackNotifier
+from blocks.slack import SLACK_BLOCK, STAGE_LABEL, SlackNotifier
+from deployments._prefect_compat import block_schema_checksum
 from deployments.deploy import (
     DEFAULT_CRON,
     DEFAULT_POOL,
@@ -56,17 +67,21 @@ from deployments.deploy import (
     build_deployments,
 )
 from roost.errors import UserError
-from roost.hosts import HostProfile
+from roost.hosts import HOSTS, HostProfile
 from tasks.host_slot import SLOTS_PER_HOST, ensure_host_limit, host_limit_name
 
 ZOMBIE_AUTOMATION = "roost-crash-zombie-runs"
 DEFAULT_ZOMBIE_AFTER_S = 90.0
-DEFAULT_HOSTS = ("spark", "cpu")
+CRASH_ALERT_AUTOMATION = "roost-crashed-run-alert"
+CRASH_ALERT_BLOCK = "roost-crash-alerts"
+"""The ``custom-webhook`` notification block the crash alert is sent through (made from ``roost-slack``)."""
+LOCAL_HOSTS = ("cpu",)
+"""The hosts this machine serves on without any setup: always set up."""
 
 Kind = Literal["block-type", "block", "secret", "work-pool", "work-queue", "concurrency-limit", "automation",
                "deployment"]
-Status = Literal["created", "updated", "migrated", "unchanged", "kept"]
-CHANGED: tuple[Status, ...] = ("created", "updated", "migrated")
+Status = Literal["created", "updated", "migrated", "removed", "unchanged", "kept", "skipped"]
+CHANGED: tuple[Status, ...] = ("created", "updated", "migrated", "removed")
 """The statuses of an object this run wrote."""
 
 
@@ -83,6 +98,8 @@ class SetupReport(BaseModel):
     api_url: str
     pool: str
     hosts: list[str]
+    skipped_hosts: dict[str, str] = Field(default_factory=dict, description="host -> why it was not set up")
+    crash_alerts: str = Field(default="", description="where crash alerts go, or why they are off")
     items: list[SetupItem] = Field(default_factory=list)
 
     @property
@@ -103,23 +120,27 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
           cron: str | None = DEFAULT_CRON, timezone: str = DEFAULT_TIMEZONE,
           zombie_after_s: float = DEFAULT_ZOMBIE_AFTER_S, reset_blocks: bool = False,
           store_api_key: bool = False) -> SetupReport:
-    """Apply roost's blocks, work pool, queues, limits, automation and deployments to the API server."""
-    hosts = list(hosts or DEFAULT_HOSTS)
-    if not hosts or any(not h for h in hosts):
-        raise UserError("--hosts needs at least one host name, comma-separated (e.g. spark,cpu)")
+    """Apply roost's blocks, work pool, queues, limits, automations and deployments to the API server.
+
+    ``hosts`` are set up besides the ones that exist (saved host documents, and ``LOCAL_HOSTS``).
+    """
+    named = list(hosts or [])
+    if any(not h for h in named):
+        raise UserError("--hosts: a host name is empty; name hosts comma-separated (e.g. spark,cpu)")
     if cron is not None:
         _check_cron(cron, timezone)
     if zombie_after_s <= 30:
         raise UserError(f"--zombie-after {zombie_after_s:g} s is too short: heartbeats come every 30 s at best; use > 30")
-    report = SetupReport(api_url=_api_url(), pool=pool, hosts=hosts)
+    report = SetupReport(api_url=_api_url(), pool=pool, hosts=[])
     with get_client(sync_client=True) as client:
         if (exc := client.api_healthcheck()) is not None:
             raise UserError(f"the Prefect API at {report.api_url} does not answer ({type(exc).__name__}: {exc}); "
                             "start it with `prefect server start` or fix PREFECT_API_URL")
         # before writing anything: an unknown host changes nothing (a legacy spark-host document counts)
-        host_profiles = [load_host(h) for h in hosts]
+        host_profiles, report.skipped_hosts = _resolve_hosts(client, named)
+        report.hosts = [h.name for h in host_profiles]
         report.items += _block_types(client)
-        report.items += _host_documents(client, reset=reset_blocks)
+        report.items += _host_documents(client, reset=reset_blocks, hosts=report.hosts)
         report.items += [_builtin_document(client, name, block, reset=reset_blocks)
                          for name, block in builtin_profile_documents().items()]
         report.items.append(_api_key_secret(client, store=store_api_key))
@@ -127,7 +148,9 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
         for h in host_profiles:
             report.items.append(_work_queue(client, pool, h.name))
             report.items.append(_host_limit(client, h.name))
-        report.items.append(_zombie_automation(client, zombie_after_s))
+        report.items.append(_automation(client, zombie_automation(zombie_after_s), f"after {zombie_after_s:g} s"))
+        alert_items, report.crash_alerts = _crash_alerts(client)
+        report.items += alert_items
     profiles = all_profiles()
     for dep in build_deployments(host_profiles, pool=pool, profiles=profiles, source=source, cron=cron,
                                  timezone=timezone):
@@ -142,6 +165,39 @@ def _check_cron(cron: str, timezone: str) -> None:
         CronSchedule(cron=cron, timezone=timezone)
     except ValidationError as exc:
         raise UserError(f"--cron {cron!r} --timezone {timezone!r}: {exc.errors()[0]['msg']}") from None
+
+
+# --- hosts ----------------------------------------------------------------------------------------
+
+
+def select_hosts(named: Sequence[str], saved: Sequence[str], local: Sequence[str] = LOCAL_HOSTS) -> list[str]:
+    """The hosts ``roost setup`` sets up: the named ones, then the saved ones, then the local ones, each once."""
+    return list(dict.fromkeys([*named, *saved, *local]))
+
+
+def skipped_builtin_hosts(selected: Sequence[str]) -> dict[str, str]:
+    """The built-in hosts left out of ``selected``, each with why and how to add it."""
+    return {h: f"no roost-host block saved and not named: once its worker can run, `roost setup --hosts {h}`"
+            for h in HOSTS if h not in selected}
+
+
+def _resolve_hosts(client: SyncPrefectClient, named: list[str]) -> tuple[list[HostProfile], dict[str, str]]:
+    """The profiles of the hosts to set up, and the hosts skipped (name -> why).
+
+    A named host that is unknown or invalid is a UserError; a saved document that does not validate
+    is skipped (the migration item, or ``roost run --host``, says what is wrong with it).
+    """
+    saved = sorted(set(read_documents(HostBlock.get_block_type_slug(), client))
+                   | set(read_documents(LEGACY_HOST_SLUG, client)))
+    profiles = [load_host(h) for h in named]
+    skipped: dict[str, str] = {}
+    for h in select_hosts(named, saved)[len(set(named)):]:
+        try:
+            profiles.append(load_host(h))
+        except UserError as exc:
+            skipped[h] = f"not set up: {exc}"
+    selected = [p.name for p in profiles]
+    return profiles, skipped_builtin_hosts(selected) | skipped
 
 
 # --- blocks ---------------------------------------------------------------------------------------
@@ -160,7 +216,7 @@ def _block_types(client: SyncPrefectClient) -> list[SetupItem]:
             status = "created"
         if status == "unchanged":
             try:
-                client.read_block_schema_by_checksum(block_cls._calculate_schema_checksum(),
+                client.read_block_schema_by_checksum(block_schema_checksum(block_cls),
                                                      version=block_cls.get_block_schema_version())
             except ObjectNotFound:
                 status = "updated"
@@ -207,25 +263,26 @@ def _differing_fields(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return sorted(k for k in HostProfile.model_fields if k != "name" and a.get(k) != b.get(k))
 
 
-def _host_documents(client: SyncPrefectClient, *, reset: bool) -> list[SetupItem]:
-    """The built-in host documents, and the migration of every legacy ``spark-host`` document.
+def _host_documents(client: SyncPrefectClient, *, reset: bool, hosts: Sequence[str]) -> list[SetupItem]:
+    """The built-in host documents of ``hosts``, and the migration of every legacy ``spark-host`` document.
 
     A legacy document whose name has no ``roost-host`` document yet is migrated (its edits kept),
     except a built-in's with ``reset``, which gets the built-in. Where both exist, roost reads the
-    ``roost-host`` one and the detail says whether the legacy copy still matches it.
+    ``roost-host`` one and the detail says whether the legacy copy still matches it. A built-in host
+    not set up gets no document (a saved document is what makes a host part of the default set).
     """
     slug = HostBlock.get_block_type_slug()
     builtins = builtin_host_documents()
     legacy = read_documents(LEGACY_HOST_SLUG, client)
     items: list[SetupItem] = []
-    for name in [*builtins, *(n for n in legacy if n not in builtins)]:
+    for name in [*(b for b in builtins if b in hosts or b in legacy), *(n for n in legacy if n not in builtins)]:
         old = legacy.get(name)
         have = _read_data(client, slug, name) if old is not None else None
         if old is not None and have is None and not (reset and name in builtins):
             items.append(_migrate(name, old, builtins.get(name)))
             continue
         note = _legacy_note(name, old, have)
-        if name in builtins:
+        if name in builtins and name in hosts:
             items.append(_builtin_document(client, name, builtins[name], reset=reset, note=note))
         else:
             items.append(SetupItem(kind="block", name=f"{slug}/{name}", status="unchanged", detail=note))
@@ -326,7 +383,7 @@ def _work_queue(client: SyncPrefectClient, pool: str, host: str) -> SetupItem:
     except ObjectNotFound:
         client.create_work_queue(name=host, work_pool_name=pool,
                                  description=f"runs for host {host}: start its worker with "
-                                             f"`prefect worker start --pool {pool} --work-queue {host}`")
+                                             f"`PREFECT_WORKER_QUERY_SECONDS=1 prefect worker start --pool {pool} --work-queue {host}`")
         return SetupItem(kind="work-queue", name=f"{pool}/{host}", status="created")
     return SetupItem(kind="work-queue", name=f"{pool}/{host}", status="unchanged")
 
@@ -376,21 +433,152 @@ def _canon(obj: Any) -> Any:
     return obj
 
 
-def _zombie_automation(client: SyncPrefectClient, after_s: float) -> SetupItem:
-    want = zombie_automation(after_s)
+def _automation(client: SyncPrefectClient, want: Automation, detail: str) -> SetupItem:
+    """Create the automation ``want`` when missing, replace it when it differs."""
+    name = want.name
     core = AutomationCore(**want.model_dump(exclude={"id"}))
     want_c = _canon(core.model_dump(mode="json"))
-    existing = client.read_automations_by_name(ZOMBIE_AUTOMATION)
+    existing = client.read_automations_by_name(name)
     if not existing:
         client.create_automation(core)
-        return SetupItem(kind="automation", name=ZOMBIE_AUTOMATION, status="created", detail=f"after {after_s:g} s")
+        return SetupItem(kind="automation", name=name, status="created", detail=detail)
     first, *extra = existing
     for a in extra:  # two with the same name would fire twice
         client.delete_automation(a.id)
     have_c = _canon(AutomationCore(**first.model_dump(exclude={"id"})).model_dump(mode="json"))
     if have_c == want_c and not extra:
-        return SetupItem(kind="automation", name=ZOMBIE_AUTOMATION, status="unchanged", detail=f"after {after_s:g} s")
+        return SetupItem(kind="automation", name=name, status="unchanged", detail=detail)
     # replaced rather than updated: the server's update endpoint refuses the client's owner_resource field
     client.delete_automation(first.id)
     client.create_automation(core)
-    return SetupItem(kind="automation", name=ZOMBIE_AUTOMATION, status="updated", detail=f"after {after_s:g} s")
+    return SetupItem(kind="automation", name=name, status="updated", detail=detail)
+
+
+# --- crash alerts ----------------------------------------------------------------------------------
+
+ALERT_SUBJECT = "roost: run {{ flow_run.name }} crashed"
+
+
+def alert_body(ui_url: str = "") -> str:
+    """The crash alert's text (a Jinja template the server renders): deployment, host, last stage, why, link.
+
+    ``ui_url`` is the Prefect UI the link points at; empty, the server's own ``PREFECT_UI_URL``.
+    """
+    link = f"{ui_url.rstrip('/')}/runs/flow-run/{{{{ flow_run.id }}}}" if ui_url else "{{ flow_run|ui_url or flow_run.id }}"
+    return "\n".join([
+        "deployment: {% if deployment %}{{ flow.name }}/{{ deployment.name }}{% else %}none{% endif %}",
+        "host: {{ flow_run.parameters.get('host') or flow_run.work_queue_name or 'unknown' }}",
+        f"last stage: {{{{ (flow_run.labels or {{}}).get('{STAGE_LABEL}') or 'none recorded' }}}}",
+        "state: {{ flow_run.state.name }}: {{ flow_run.state.message or 'no message' }}",
+        f"run: {{{{ flow_run.name }}}} {link}",
+        "The run's worker or machine died, or its process was killed: the server is alive, the run is not. "
+        "Retry it from the UI once the host is back.",
+    ])
+
+
+def crash_alert_automation(block_document_id: UUID, ui_url: str = "") -> Automation:
+    """Send the crash alert through the notification block when a roost flow run enters Crashed.
+
+    Covers both a run the zombie automation marked Crashed (its heartbeats stopped) and one whose
+    worker reported its process crashed. Only runs tagged ``roost`` are matched.
+    """
+    return Automation(
+        name=CRASH_ALERT_AUTOMATION,
+        description="roost: tell Slack when a roost flow run crashes (its own process, which would, is gone).",
+        trigger=EventTrigger(
+            expect={"prefect.flow-run.Crashed"},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            match_related=ResourceSpecification({"prefect.resource.role": "tag", "prefect.resource.id": "prefect.tag.roost"}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Reactive,
+            threshold=1,
+            within=dt.timedelta(0),
+        ),
+        actions=[SendNotification(block_document_id=block_document_id, subject=ALERT_SUBJECT, body=alert_body(ui_url))],
+    )
+
+
+def _slack_settings(client: SyncPrefectClient) -> tuple[SlackNotifier | None, str]:
+    """The ``roost-slack`` SlackNotifier, or None and why (missing, or invalid with the fields named)."""
+    data = _read_data(client, SlackNotifier.get_block_type_slug(), SLACK_BLOCK)
+    if data is None:
+        return None, "missing"
+    try:
+        return SlackNotifier.model_validate({k: v for k, v in data.items() if k in SlackNotifier.model_fields}), ""
+    except ValidationError as exc:
+        return None, f"invalid ({validation_problems(exc)})"
+
+
+def _destination(notifier: SlackNotifier) -> str:
+    """Where the alerts go, without a secret: the channel and API for a bot token; just "webhook" otherwise."""
+    if notifier.transport == "bot":
+        return f"Slack channel {notifier.channel.strip()} via {notifier.base_url.rstrip('/')}/chat.postMessage"
+    return "Slack incoming webhook"
+
+
+def _crash_alerts(client: SyncPrefectClient) -> tuple[list[SetupItem], str]:
+    """The crash-alert notification block and automation from ``roost-slack``; their items and a summary.
+
+    Without Slack settings, alerts are off: the block and automation an earlier run made are removed.
+    With invalid settings, whatever exists is kept as it is.
+    """
+    notifier, why = _slack_settings(client)
+    how = (f"save a Roost Slack Notifier block named {SLACK_BLOCK} (bot token + channel, or webhook URL) "
+           "in the Prefect UI (Blocks), then run roost setup again")
+    if notifier is None and why != "missing":
+        note = f"crash alerts not updated: the {SLACK_BLOCK} block is {why}; fix it in the Prefect UI (Blocks)"
+        return [SetupItem(kind="automation", name=CRASH_ALERT_AUTOMATION, status="kept", detail=note)], note
+    if notifier is None:
+        items = _remove_crash_alerts(client)
+        note = f"crash alerts off: no Slack settings; to turn them on, {how}"
+        return items or [SetupItem(kind="automation", name=CRASH_ALERT_AUTOMATION, status="skipped", detail=note)], note
+    where = _destination(notifier)
+    block_item, block_id = _notification_block(client, notifier.prefect_notification_block(), where)
+    ui = notifier.prefect_ui_url or PREFECT_UI_URL.value() or ""
+    auto_item = _automation(client, crash_alert_automation(block_id, ui), f"Crashed -> {where}")
+    return [block_item, auto_item], f"crash alerts on: {where}"
+
+
+def _notification_block(client: SyncPrefectClient, want: CustomWebhookNotificationBlock,
+                        where: str) -> tuple[SetupItem, UUID]:
+    """Save ``want`` as ``custom-webhook/roost-crash-alerts`` when missing or different; its item and id."""
+    slug = want.get_block_type_slug()
+    label = f"{slug}/{CRASH_ALERT_BLOCK}"
+    want_data = want.model_dump(mode="json", exclude={"block_type_slug"}, context={"include_secrets": True})
+    try:
+        doc = client.read_block_document_by_name(name=CRASH_ALERT_BLOCK, block_type_slug=slug, include_secrets=True)
+    except ObjectNotFound:
+        doc = None
+    if doc is not None and doc.id is not None:
+        have = _plain(dict(doc.data))
+        if {k: have.get(k) for k in want_data} == want_data:
+            return SetupItem(kind="block", name=label, status="unchanged", detail=where), doc.id
+    block_id: UUID = want.save(CRASH_ALERT_BLOCK, overwrite=True)  # type: ignore[assignment]  # sync call
+    return SetupItem(kind="block", name=label, status="created" if doc is None else "updated", detail=where), block_id
+
+
+def _plain(obj: Any) -> Any:
+    """Data read back from the server with the secret values revealed (``SecretStr`` and nested)."""
+    if isinstance(obj, SecretStr):
+        return obj.get_secret_value()
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
+
+def _remove_crash_alerts(client: SyncPrefectClient) -> list[SetupItem]:
+    """Delete the crash-alert automation and notification block an earlier run made (Slack was removed)."""
+    items: list[SetupItem] = []
+    why = f"no {SLACK_BLOCK} block any more"
+    for a in client.read_automations_by_name(CRASH_ALERT_AUTOMATION):
+        client.delete_automation(a.id)
+        items.append(SetupItem(kind="automation", name=CRASH_ALERT_AUTOMATION, status="removed", detail=why))
+    slug = CustomWebhookNotificationBlock.get_block_type_slug()
+    try:
+        doc = client.read_block_document_by_name(name=CRASH_ALERT_BLOCK, block_type_slug=slug, include_secrets=False)
+    except ObjectNotFound:
+        return items
+    if doc.id is not None:
+        client.delete_block_document(doc.id)
+        items.append(SetupItem(kind="block", name=f"{slug}/{CRASH_ALERT_BLOCK}", status="removed", detail=why))
+    return items

@@ -16,12 +16,13 @@ from prefect.artifacts import create_markdown_artifact
 
 from blocks.profiles import profile_document_name
 from blocks.resolve import load_host, load_profile
+from flows.identity import initial_run_name
 from flows.stages import Checkpoint, audit_stage, download_stage, new_record
 from roost.errors import CheckFailed, StageFailed
 from roost.records import Finding
 
 
-@flow(name="audit", flow_run_name="audit-{profile}")
+@flow(name="audit", flow_run_name=initial_run_name)
 def audit(profile: str = "local", revision: str | None = None, host: str | None = None) -> dict[str, Any]:
     """Download ``profile`` (at ``revision``) onto ``host``'s disk, audit its headers and plan vLLM's arguments."""
     prof = load_profile(profile)

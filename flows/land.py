@@ -17,6 +17,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from blocks.resolve import load_host, load_profile
+from flows.identity import initial_run_name
 from flows.stages import (
     api_key,
     audit_stage,
@@ -34,12 +35,13 @@ from flows.stages import (
     vision_stage,
 )
 from roost.errors import RoostError
+from roost.regress import RegressionReport
 from roost.serve.backends import backend_for
 from roost.serve.base import RestartPolicy, Server, check_vllm_args
 from tasks.host_slot import ensure_host_limit, host_slot
 
 
-@flow(name="land", flow_run_name="land-{profile}", log_prints=False)
+@flow(name="land", flow_run_name=initial_run_name, log_prints=False)
 def land(
     profile: str = "local",
     revision: str | None = None,
@@ -71,6 +73,7 @@ def land(
     record = new_record(prof, host_p, revision)
     server: Server | None = None
     failure: RoostError | None = None
+    comparison: RegressionReport | None = None
     with contextlib.ExitStack() as teardown:
         try:
             checkpoint = download_stage(record, prof)                          # 1. download + integrity
@@ -100,8 +103,8 @@ def land(
             raise
         finally:
             teardown.close()                                                    # stop the server, free the slot
-            report_stage(record, notify, prof)                                  # 8. report (failed runs too) + Slack
-    return finish(record, "land", failure)
+            comparison = report_stage(record, notify, prof, host_p)             # 8. report (failed runs too) + Slack
+    return finish(record, "land", failure, comparison)                          # verdict: state message, tags
 
 
 def _stop(server: Server) -> None:

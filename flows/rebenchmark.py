@@ -23,12 +23,14 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import SecretStr
 
 from blocks.resolve import VLLM_API_KEY_BLOCK, all_profiles, load_host, load_profile, load_vllm_api_key
+from flows.identity import initial_run_name, name_run, roost_logs_to_run
 from flows.land import land
 from flows.stages import benchmark_stage, finish, new_record, report_stage, server_version, stage
 from roost.errors import RoostError, StageFailed, UserError
 from roost.hosts import HostProfile
 from roost.profiles import ModelProfile
 from roost.records import RunRecord, StageTiming
+from roost.regress import RegressionReport
 from roost.serve.backends import backend_for
 from roost.serve.base import ServerInfo
 from roost.serve.discover import probe
@@ -52,13 +54,14 @@ def find_server_task(host: HostProfile) -> list[ServerInfo]:
     return found
 
 
-@flow(name="rebenchmark", flow_run_name="rebenchmark-{host}")
+@flow(name="rebenchmark", flow_run_name=initial_run_name)
 def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = True) -> dict[str, Any]:
     """Benchmark the model ``host`` is serving, or land ``profile`` there first (kept serving) when none is.
 
     When the host serves another profile's model than ``profile``, what runs is benchmarked (and the
     record says so): the nightly schedule passes the host's default profile, whatever was landed since.
     """
+    roost_logs_to_run()
     host_p = load_host(host)
     ensure_host_limit(host_p.name)
     # Under the host's serving slot, so no land replaces the server between finding and measuring it.
@@ -68,6 +71,7 @@ def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = Tr
             return _benchmark_serving(found, host_p, profile, notify)
     prof_name = profile or _default_profile(host_p.name)
     get_run_logger().info("nothing is serving on %s: landing %s there first (keep_serving)", host_p.name, prof_name)
+    name_run(prof_name, host_p.name)
     result: dict[str, Any] = land(profile=prof_name, host=host_p.name, keep_serving=True, notify=notify)
     return result
 
@@ -87,6 +91,7 @@ def _benchmark_serving(found: list[ServerInfo], host_p: HostProfile, profile: st
     record.stages.append(StageTiming(stage="serve", seconds=0.0, status="skipped",
                                      note=f"{note} ({f'pid {server.pid}' if server.pid else server.container})"))
     failure: RoostError | None = None
+    comparison: RegressionReport | None = None
     try:
         # a server roost cannot talk to is a failed run too: reported, stored and sent to Slack
         with stage(record, "connect"):
@@ -97,8 +102,8 @@ def _benchmark_serving(found: list[ServerInfo], host_p: HostProfile, profile: st
         logger.error("rebenchmark failed at %s: %s", record.failed_stage or "setup", exc)
         failure = exc
     finally:
-        report_stage(record, notify, prof)
-    return finish(record, "rebenchmark", failure)
+        comparison = report_stage(record, notify, prof, host_p)
+    return finish(record, "rebenchmark", failure, comparison)
 
 
 def _default_profile(host_name: str) -> str:

@@ -26,25 +26,32 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from prefect import get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
+from prefect.states import Completed
 from pydantic import BaseModel, SecretStr
 
 import roost
 from blocks.resolve import load_vllm_api_key
+from blocks.slack import STAGE_LABEL
+from flows.identity import name_run, roost_logs_to_run, tag_run
 from roost import catalogue as C
 from roost.bench import mtp
 from roost.bench.validity import stream_ceiling_tok_s
 from roost.errors import RoostError, StageFailed
 from roost.hosts import HostProfile
 from roost.hub.snapshot import DownloadResult
+from roost.naming import run_verdict
 from roost.plan.args import parse_overrides
 from roost.plan.preflight import PlanRefused, PlanReport
 from roost.plan.report import AuditReport
 from roost.profiles import ModelProfile
 from roost.records import MtpAB, RunMeta, RunRecord, SpecAcceptance, StageTiming, VisionProbe
+from roost.regress import RegressionReport
 from roost.serve.base import Backend, Prepared, Readiness, Server, ServeSpec
 from roost.serve.coldload import ColdLoad, ColdLoadFailed, cold_load
 from roost.serve.occupancy import memory_refusal, occupancy_refusal
@@ -57,19 +64,35 @@ from roost.vllm.client import VllmClient, run_sync
 from tasks.audit import audit_task, plan_task
 from tasks.benchmark import BenchFailed, benchmark_task
 from tasks.build import build_task
-from tasks.download import download_task
+from tasks.download import cached_line, download_task
 from tasks.health import health_wait_task
 from tasks.local_hub import local_hub_task
 from tasks.notify import notify_task
-from tasks.report import report_task
+from tasks.report import ReportOutcome, publish_artifacts, report_task, results_url_for
 from tasks.serve import backend_log, serve_task
 from tasks.vision_probe import vision_probe_task
+
+
+def _label_stage(name: str) -> None:
+    """Set the flow run's label ``roost.stage`` to ``name`` (what a crash alert reports as the last
+    stage reached). One API call; outside a flow run nothing; a failure is logged, never raised."""
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return
+    try:
+        with get_client(sync_client=True) as client:  # the engine's own client inside a flow run
+            client.update_flow_run_labels(ctx.flow_run.id, {STAGE_LABEL: name})
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            get_run_logger().debug("could not label the flow run with stage %s: %s", name, type(exc).__name__)
 
 
 @contextlib.contextmanager
 def stage(record: RunRecord, name: str) -> Iterator[StageTiming]:
     """Time one stage into ``record.stages``; a failure marks the run failed at this stage (the first
-    failure is the run's, unless a later retry succeeds and clears it)."""
+    failure is the run's, unless a later retry succeeds and clears it). The flow run's ``roost.stage``
+    label names the stage, for the crash alert of a run whose process dies in it."""
+    _label_stage(name)
     timing = StageTiming(stage=name, seconds=0.0)
     t0 = time.perf_counter()
     try:
@@ -95,7 +118,8 @@ def api_key() -> SecretStr:
 
 
 def new_record(prof: ModelProfile, host: HostProfile, revision: str | None = None, **meta: Any) -> RunRecord:
-    """An empty record for a run of ``prof`` on ``host``, tied to the current Prefect flow run."""
+    """An empty record for a run of ``prof`` on ``host``, tied to the current Prefect flow run (renamed
+    ``<flow> · profile · host[ · commit]``, and roost's own loggers sent to it: ``flows/identity.py``)."""
     ctx = FlowRunContext.get()
     flow_run = ctx.flow_run if ctx is not None else None
     fields: dict[str, Any] = {
@@ -104,7 +128,10 @@ def new_record(prof: ModelProfile, host: HostProfile, revision: str | None = Non
         "host": host.name, "backend": host.backend,
         "prefect_flow_run_id": str(flow_run.id) if flow_run is not None else "",
     }
-    return RunRecord(meta=RunMeta(**(fields | meta)))
+    record = RunRecord(meta=RunMeta(**(fields | meta)))
+    roost_logs_to_run()
+    name_run(record.meta.profile, record.meta.host, record.meta.commit)
+    return record
 
 
 # --- 1. download ------------------------------------------------------------------------------------
@@ -131,11 +158,16 @@ def download_stage(record: RunRecord, prof: ModelProfile) -> Checkpoint:
             hub = local_hub_task(prof)
             mirror.callback(hub.stop)
             endpoint = hub.endpoint
-        result = download_task(prof, record.meta.revision, str(checkpoint_dir(prof.repo_id)), endpoint=endpoint,
-                               token_secret=prof.hf_token_secret)
+        state = download_task(prof, record.meta.revision, str(checkpoint_dir(prof.repo_id)), endpoint=endpoint,
+                              token_secret=prof.hf_token_secret, return_state=True)
+        result: DownloadResult = state.result()
         record.meta.commit = result.commit
-        st.cached = result.cached
-    return Checkpoint(model_dir=Path(result.local_dir), commit=result.commit, cached=result.cached, download=result)
+        prefect_cached = state.name == "Cached"  # Prefect's cache: the task did not run, so it logged nothing
+        if prefect_cached:
+            get_run_logger().info("%s", cached_line(result))
+        st.cached = result.cached or prefect_cached
+    name_run(record.meta.profile, record.meta.host, result.commit)
+    return Checkpoint(model_dir=Path(result.local_dir), commit=result.commit, cached=st.cached, download=result)
 
 
 # --- 2. audit and plan ------------------------------------------------------------------------------
@@ -244,7 +276,8 @@ def serve_stage(record: RunRecord, backend: Backend, spec: ServeSpec, key: Secre
 
     def wait(server: Server) -> Readiness:
         with stage(record, "health-wait"):
-            ready: Readiness = health_wait_task(server, key, timeout_s)
+            ready: Readiness = health_wait_task(server, key, timeout_s, profile=record.meta.profile,
+                                                host=record.meta.host)
             return ready
 
     try:
@@ -303,7 +336,8 @@ def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: S
     settings = bench_settings(record, prof, record.meta.vllm_args)
     with stage(record, "benchmark"):
         try:
-            bench = benchmark_task(base_url, served_model_name or prof.served_model_name, settings, key)
+            bench = benchmark_task(base_url, served_model_name or prof.served_model_name, settings, key,
+                                   profile=record.meta.profile, host=record.meta.host)
         except BenchFailed as exc:
             record.points = exc.result.points
             append_requests(record.meta, exc.result.request_rows())
@@ -381,13 +415,14 @@ def mtp_ab_stage(record: RunRecord, backend: Backend, loaded: ColdLoad, key: Sec
         record.mtp_ab = ab
         loaded.server.stop()
         logger.info("MTP A/B: speculative server stopped; starting without --speculative-config (same image)")
-        base = _cold_load(backend, loaded.spec.model_copy(update={"vllm_args": ab.baseline_vllm_args}), key,
+        base = _cold_load(record, backend, loaded.spec.model_copy(update={"vllm_args": ab.baseline_vllm_args}), key,
                           prepared, timeout_s)
         try:
             ab.baseline_start_to_healthy_s = base.readiness.completion_ok_s
             settings = bench_settings(record, prof, ab.baseline_vllm_args)
             try:
-                bench = benchmark_task(base.server.base_url, prof.served_model_name, settings, key)
+                bench = benchmark_task(base.server.base_url, prof.served_model_name, settings, key,
+                                       profile=record.meta.profile, host=record.meta.host)
             except BenchFailed as exc:
                 ab.baseline_points = exc.result.points
                 ab.points = mtp.compare(record.points, ab.baseline_points)
@@ -401,37 +436,66 @@ def mtp_ab_stage(record: RunRecord, backend: Backend, loaded: ColdLoad, key: Sec
     if not keep_serving:
         return None
     with stage(record, "mtp-ab-restore"):
-        return _cold_load(backend, loaded.spec, key, prepared, timeout_s).server
+        return _cold_load(record, backend, loaded.spec, key, prepared, timeout_s).server
 
 
-def _cold_load(backend: Backend, spec: ServeSpec, key: SecretStr, prepared: Prepared, timeout_s: float) -> ColdLoad:
+def _cold_load(record: RunRecord, backend: Backend, spec: ServeSpec, key: SecretStr, prepared: Prepared,
+               timeout_s: float) -> ColdLoad:
     """A cold load outside the serving stage (its attempts are not the landing's)."""
-    return cold_load(lambda s: serve_task(backend, s, key, prepared), lambda srv: health_wait_task(srv, key, timeout_s),
-                     spec, log=get_run_logger().warning)
+    def wait(srv: Server) -> Readiness:
+        return health_wait_task(srv, key, timeout_s, profile=record.meta.profile, host=record.meta.host)
+
+    return cold_load(lambda s: serve_task(backend, s, key, prepared), wait, spec, log=get_run_logger().warning)
 
 
 # --- 8. report --------------------------------------------------------------------------------------
 
 
-def report_stage(record: RunRecord, notify: bool, prof: ModelProfile | None = None) -> None:
+def report_stage(
+    record: RunRecord, notify: bool, prof: ModelProfile | None = None, host: HostProfile | None = None
+) -> RegressionReport | None:
     """Store the run, compare it with its baseline (as the profile's ``regress`` says), write the
-    report and its artifacts; then the Slack message (failed runs too)."""
+    report, and publish its artifacts on the flow run (with the results URL of ``ROOST_RESULTS_URL`` or
+    ``host.results_url``, so the UI opens the charts and the report); then the Slack message (failed
+    runs too). An artifact the API refuses is logged; the run is still reported. Returns the comparison
+    with the baseline (None when it could not be made), for ``finish``'s verdict."""
+    url = results_url_for(host.results_url if host is not None else "", get_run_logger())
+    report: ReportOutcome | None = None
     with stage(record, "report"):
-        report = report_task(record, regress_config=prof.regress_config() if prof is not None else None)
+        report = report_task(record, regress_config=prof.regress_config() if prof is not None else None,
+                             results_url=url)
         record.report_path = str(report.markdown or "")
+        try:
+            report.artifact_keys = publish_artifacts(record, report)
+        except Exception as exc:  # the API refused an artifact: the files and the store have the report
+            get_run_logger().error("could not publish the report artifacts: %s", exc)
+            report.errors.append(f"artifacts: {exc}")
     if notify:
         notify_task(record, report)
+    return report.comparison if report is not None else None
 
 
-def finish(record: RunRecord, flow_name: str, failure: RoostError | None = None) -> dict[str, Any]:
-    """Fail the flow run when the run failed (with ``failure`` itself when given, so a user's mistake
-    keeps its exit code); else log where the report is and return the record as JSON."""
+def finish(record: RunRecord, flow_name: str, failure: RoostError | None = None,
+           comparison: RegressionReport | None = None) -> dict[str, Any]:
+    """Tag the flow run with the run's verdict (``verdict:<kind>``, ``roost.naming.run_verdict`` of the
+    report stage's ``comparison``); fail it when the run failed (with ``failure`` itself when given,
+    so a user's mistake keeps its exit code); else log where the report is and end the run Completed
+    with the verdict as its message ("regressed: Decode -46.0% vs runs A, B, C", "ok", ...).
+
+    The Completed state carries the record as JSON: Prefect makes a returned state the run's final
+    state and hands its data to whoever called the flow, so to every caller this is the record dict.
+    """
+    verdict = run_verdict(record, comparison)
+    tag_run(verdict.tag)
     if record.status == "failed":
         if failure is not None:
             raise failure
         raise StageFailed(record.failed_stage or flow_name, record.failure_message)
-    get_run_logger().info("report: %s", record.report_path)
-    return record.model_dump(mode="json")
+    logger = get_run_logger()
+    logger.info("report: %s", record.report_path)
+    logger.info("verdict: %s", verdict.message)
+    final: State[dict[str, Any]] = Completed(message=verdict.message, data=record.model_dump(mode="json"))
+    return cast(dict[str, Any], final)
 
 
 def fail_unexpected(record: RunRecord, exc: BaseException) -> None:

@@ -13,10 +13,7 @@ import sys
 
 import typer
 
-try:  # typer >= 0.22 parses with its own copy of click; older releases use click itself
-    from typer._click import exceptions as click_errors
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click import exceptions as click_errors  # type: ignore[no-redef]
+from roost._compat import click_errors  # typer's own copy of click's exceptions
 
 app = typer.Typer(
     name="roost",
@@ -27,7 +24,7 @@ app = typer.Typer(
 )
 
 # Command modules, in the order `roost --help` lists them.
-COMMANDS = ["run", "download", "audit", "plan", "diagnose", "bench", "results", "setup"]
+COMMANDS = ["run", "download", "audit", "plan", "diagnose", "bench", "results", "setup", "doctor"]
 
 
 for _name in COMMANDS:

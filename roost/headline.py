@@ -26,14 +26,16 @@ from roost.bench import mtp
 from roost.catalogue import REFERENCE_PROMPT_TOKENS, Metric, find_knee
 from roost.errors import UserError
 from roost.plan.args import parse_overrides
-from roost.records import BenchPoint, RunRecord
+from roost.records import BenchPoint, Distribution, RunRecord
 
 
 class Measured(BaseModel):
-    """One metric's value in one run."""
+    """One metric's value in one run, with the within-run sample it summarises when there is one
+    (the point's per-request or per-repeat distribution): the regression check's within-run noise."""
 
     metric: Metric
     value: float
+    sample: Distribution | None = None
 
 
 class Headline(BaseModel):
@@ -259,17 +261,21 @@ def run_metrics(record: RunRecord) -> list[Measured]:
     out: list[Measured] = []
     for p in prompt_points(record):
         if _finite(p.decode_tok_s.median):
-            out.append(Measured(metric=C.DECODE.at_prompt(p.prompt_tokens), value=float(p.decode_tok_s.median or 0.0)))
+            out.append(Measured(metric=C.DECODE.at_prompt(p.prompt_tokens), value=float(p.decode_tok_s.median or 0.0),
+                                sample=p.decode_tok_s))
         if _finite(p.ttft_s.median):
-            out.append(Measured(metric=C.TTFT.at_prompt(p.prompt_tokens), value=float(p.ttft_s.median or 0.0)))
+            out.append(Measured(metric=C.TTFT.at_prompt(p.prompt_tokens), value=float(p.ttft_s.median or 0.0),
+                                sample=p.ttft_s))
     conc = concurrency_points(record)
     for p in conc:
         if _finite(p.output_tok_s.median):
             out.append(Measured(metric=C.OUTPUT_THROUGHPUT.at_concurrency(p.concurrency),
-                                value=float(p.output_tok_s.median or 0.0)))
+                                value=float(p.output_tok_s.median or 0.0), sample=p.output_tok_s))
     knee = knee_of(conc)
     if knee is not None:
-        out.append(Measured(metric=C.PEAK_OUTPUT, value=knee.peak_output_tok_s))
+        peak = next((p for p in conc if p.concurrency == knee.peak_concurrency), None)
+        out.append(Measured(metric=C.PEAK_OUTPUT, value=knee.peak_output_tok_s,
+                            sample=peak.output_tok_s if peak is not None else None))
     if _finite(record.serve.start_to_healthy_s):
         out.append(Measured(metric=C.START_TO_HEALTHY, value=float(record.serve.start_to_healthy_s or 0.0)))
     if record.points:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from roost.errors import UserError
 from roost.units import GiB
@@ -34,6 +34,16 @@ class HostProfile(BaseModel):
     bind_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1"])
     docker_url: str = "unix:///var/run/docker.sock"
     health_timeout_s: float = 900.0
+    results_url: str = Field(
+        default="", description="Where a browser reaches this host's reports (`roost results serve`), e.g. "
+        "http://spark.tailnet:8765/; empty: none. ROOST_RESULTS_URL on the worker overrides it.")
+
+    @field_validator("results_url")
+    @classmethod
+    def _results_url(cls, value: str) -> str:
+        from roost.report.publish import validate_results_url  # roost.report's package imports the charts
+
+        return validate_results_url(value, "results_url")
 
 
 SPARK = HostProfile(

@@ -1,30 +1,59 @@
 """Regression detection against the run's own history. Pure: records in, a verdict out.
 
-Baseline: for each metric, the median over the last ``window`` completed runs with the same
-``RunMeta.comparable_key()`` (model commit, image digest, vLLM args, host) that measured it.
+Baseline: for each metric, the median ``m`` over the last ``window`` completed runs with the same
+``RunMeta.comparable_key()`` (model commit, image digest, vLLM args, host) that measured it. No
+verdict is given from fewer than ``min_runs`` (3) such runs: the run is *insufficient* (nothing is
+flagged, and the message names the runs there were); with none at all it *establishes the baseline*.
+
+Noise ``s`` of a metric is a pooled standard deviation, each estimate weighted by its degrees of freedom:
+
+    s^2 = (dof_b x s_b^2 + sum_i dof_i x s_i^2) / (dof_b + sum_i dof_i)
+
+- between runs: ``s_b = 1.4826 x MAD`` of the baseline runs' values (the MAD scaled to a standard
+  deviation), ``dof_b = runs - 1``;
+- within each run (every baseline run and the current one): the value is the median of a sample
+  (``roost.headline.Measured.sample``: per-request TTFT or decode rates, per-repeat aggregate tok/s)
+  of n values whose standard deviation ``sd`` is ``(p90 - p10) / 2.5631`` from 10 values up, else
+  ``(max - min) / d2(n)`` (the range of n normal values is ``d2(n)`` standard deviations: 1.128 for 2,
+  1.693 for 3 ...); ``s_i = 1.2533 x sd / sqrt(n)`` is the standard error of that median, the same
+  quantity ``s_b`` estimates across runs; ``dof_i = n - 1``. A sample of fewer than two values adds nothing.
+
+So one earlier run does not mean zero noise, and two runs far apart (10 and 14 tok/s) do not make
+every move look like noise: their one degree of freedom is pooled with the runs' own spreads.
 A metric *regresses* when it moves the wrong way by more than the threshold
 
-    max(rel_floor x |baseline|, mad_k x MAD(baseline values), metric.abs_floor)
+    max(rel_floor x |m|, mad_k x s, metric.abs_floor)
 
-where MAD is the median absolute deviation of those values (unscaled). A move the right way by more
-than the same threshold is an *improvement*; anything smaller is *unchanged*. With no earlier
-comparable run, the run *establishes the baseline* and the report says so.
+a move the right way by more than the same threshold is an *improvement*; anything smaller is *unchanged*.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from roost.catalogue import Direction, Metric
-from roost.headline import run_metrics
-from roost.records import RunMeta, RunRecord
+from roost.headline import Measured, run_metrics
+from roost.records import Distribution, RunMeta, RunRecord
 
-Verdict = Literal["regressed", "improved", "unchanged", "new"]
-Status = Literal["baseline", "ok", "regressed", "failed_run"]
+Verdict = Literal["regressed", "improved", "unchanged", "new", "insufficient"]
+Status = Literal["baseline", "ok", "regressed", "failed_run", "insufficient"]
+
+MAD_TO_SD = 1.4826
+"""MAD x 1.4826 estimates the standard deviation of normal values."""
+
+P10_P90_SD = 2.5631
+"""p90 - p10 of normal values spans 2 x 1.28155 standard deviations."""
+
+MEDIAN_SE = 1.2533
+"""The standard error of the median of n normal values is 1.2533 x sd / sqrt(n)."""
+
+D2: dict[int, float] = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
+"""d2(n): the expected range of n normal values, in standard deviations."""
 
 
 class RegressConfig(BaseModel):
@@ -33,8 +62,11 @@ class RegressConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     window: int = Field(default=5, ge=1, description="How many of the latest comparable runs form the baseline.")
+    min_runs: int = Field(default=3, ge=1, description="Fewest earlier comparable runs a verdict needs; fewer: "
+                          "'insufficient baseline', nothing flagged.")
     rel_floor: float = Field(default=0.05, ge=0, description="Smallest relative move that counts (0.05 = 5%).")
-    mad_k: float = Field(default=3.0, ge=0, description="Moves within k x the baseline's MAD are noise.")
+    mad_k: float = Field(default=3.0, ge=0, description="Moves within k x the noise (a pooled standard deviation of "
+                         "the runs' values and their own spread: roost.regress) are noise.")
     key_fields: list[str] | None = Field(
         default=None,
         description="RunMeta fields that make two runs comparable; None means RunMeta.comparable_key() "
@@ -69,7 +101,8 @@ class MetricComparison(BaseModel):
     metric: Metric
     current: float
     baseline: float | None = None
-    baseline_mad: float | None = None
+    baseline_mad: float | None = Field(default=None, description="MAD of the baseline runs' values (unscaled).")
+    noise_sd: float | None = Field(default=None, description="The pooled noise s (module docstring), in the metric's unit.")
     baseline_runs: int = 0
     threshold: float | None = None
     change: float | None = Field(default=None, description="current - baseline, in the metric's unit.")
@@ -91,6 +124,11 @@ class RegressionReport(BaseModel):
     @property
     def first_run(self) -> bool:
         return self.status == "baseline"
+
+    @property
+    def insufficient(self) -> bool:
+        """Too few earlier comparable runs for a verdict (``RegressConfig.min_runs``)."""
+        return self.status == "insufficient"
 
     @property
     def regressions(self) -> list[MetricComparison]:
@@ -131,74 +169,110 @@ def mad(values: list[float]) -> float:
     return float(statistics.median([abs(v - med) for v in values]))
 
 
-def judge(metric: Metric, current: float, baseline_values: list[float], config: RegressConfig) -> MetricComparison:
-    """Compare one value with the values of the baseline runs."""
+def within_sd(sample: Distribution | None) -> tuple[float, int] | None:
+    """(standard error of its median, degrees of freedom) of one run's own sample (module docstring), or
+    None when it has fewer than two values or no spread statistics."""
+    if sample is None or sample.count is None or sample.count < 2:
+        return None
+    n = sample.count
+    if n >= 10 and sample.p10 is not None and sample.p90 is not None:
+        sd = (sample.p90 - sample.p10) / P10_P90_SD
+    elif sample.min is not None and sample.max is not None:
+        sd = (sample.max - sample.min) / D2[min(n, 10)]
+    else:
+        return None
+    se = MEDIAN_SE * sd / math.sqrt(n)
+    return (se, n - 1) if math.isfinite(se) and se >= 0 else None
+
+
+def pooled_sd(baseline_values: Sequence[float], samples: Iterable[Distribution | None]) -> float:
+    """The noise ``s``: between-run MAD (scaled) pooled with the runs' within-run spreads, weighted by
+    degrees of freedom (module docstring); 0 when there is nothing to estimate it from."""
+    parts: list[tuple[float, int]] = []
+    if len(baseline_values) >= 2:
+        parts.append((MAD_TO_SD * mad(list(baseline_values)), len(baseline_values) - 1))
+    parts += [w for w in (within_sd(s) for s in samples) if w is not None]
+    dof = sum(d for _, d in parts)
+    if not dof:
+        return 0.0
+    return math.sqrt(sum(d * sd * sd for sd, d in parts) / dof)
+
+
+def judge(
+    metric: Metric,
+    current: float,
+    baseline_values: list[float],
+    config: RegressConfig,
+    samples: Sequence[Distribution | None] = (),
+) -> MetricComparison:
+    """Compare one value with the values of the baseline runs; ``samples`` are the within-run samples
+    of the baseline runs and the current run (``Measured.sample``), where known."""
     if not baseline_values:
         return MetricComparison(metric=metric, current=current, verdict="new")
     base = float(statistics.median(baseline_values))
-    spread = mad(baseline_values)
-    threshold = max(config.rel_floor * abs(base), config.mad_k * spread, metric.abs_floor)
     change = current - base
+    out = MetricComparison(
+        metric=metric,
+        current=current,
+        baseline=base,
+        baseline_mad=mad(baseline_values),
+        baseline_runs=len(baseline_values),
+        change=change,
+        change_pct=100.0 * change / abs(base) if base != 0 else None,
+        verdict="insufficient",
+    )
+    if len(baseline_values) < config.min_runs:
+        return out
+    noise = pooled_sd(baseline_values, samples)
+    threshold = max(config.rel_floor * abs(base), config.mad_k * noise, metric.abs_floor)
     better = change if metric.direction == Direction.HIGHER else -change
     verdict: Verdict = "unchanged"
     if better < -threshold:
         verdict = "regressed"
     elif better > threshold:
         verdict = "improved"
-    return MetricComparison(
-        metric=metric,
-        current=current,
-        baseline=base,
-        baseline_mad=spread,
-        baseline_runs=len(baseline_values),
-        threshold=threshold,
-        change=change,
-        change_pct=100.0 * change / abs(base) if base != 0 else None,
-        verdict=verdict,
-    )
+    return out.model_copy(update={"noise_sd": noise, "threshold": threshold, "verdict": verdict})
+
+
+def _runs(n: int) -> str:
+    return f"{n} earlier comparable run{'s' if n != 1 else ''}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def compare(current: RunRecord, history: Iterable[RunRecord], config: RegressConfig | None = None) -> RegressionReport:
     """Compare ``current`` with the baseline formed by its comparable ``history``."""
     cfg = config or RegressConfig()
     key = list(key_of(current.meta, cfg))
+
+    def report(status: Status, message: str, **more: Any) -> RegressionReport:
+        return RegressionReport(run_id=current.meta.run_id, comparable_key=key, status=status, message=message,
+                                config=cfg, **more)
+
     if current.status != "completed":
         stage = current.failed_stage or "an unknown stage"
-        return RegressionReport(
-            run_id=current.meta.run_id,
-            comparable_key=key,
-            status="failed_run",
-            message=f"the run failed at {stage}; no metrics were compared and the baseline is unchanged",
-            config=cfg,
-        )
+        return report("failed_run", f"the run failed at {stage}; no metrics were compared and the baseline is unchanged")
     base_runs = comparable_history(current, history, cfg.window, cfg)
-    by_run = [{m.metric.name: m.value for m in run_metrics(r)} for r in base_runs]
+    by_run: list[dict[str, Measured]] = [{m.metric.name: m for m in run_metrics(r)} for r in base_runs]
     comparisons = []
     for measured in run_metrics(current):
-        values = [vals[measured.metric.name] for vals in by_run if measured.metric.name in vals]
-        comparisons.append(judge(measured.metric, measured.value, values, cfg))
+        earlier = [vals[measured.metric.name] for vals in by_run if measured.metric.name in vals]
+        samples = [m.sample for m in earlier] + [measured.sample]
+        comparisons.append(judge(measured.metric, measured.value, [m.value for m in earlier], cfg, samples))
+    ids = [r.meta.run_id for r in base_runs]
+    n = len(base_runs)
     if not base_runs:
-        return RegressionReport(
-            run_id=current.meta.run_id,
-            comparable_key=key,
-            status="baseline",
-            message="first run of this configuration: it establishes the baseline",
-            config=cfg,
-            comparisons=comparisons,
-        )
+        return report("baseline", "first run of this configuration: it establishes the baseline",
+                      comparisons=comparisons)
+    if n < cfg.min_runs:
+        return report("insufficient", f"insufficient baseline ({_runs(n)}: {', '.join(ids)}; a verdict needs "
+                      f"{cfg.min_runs})", baseline_run_ids=ids, comparisons=comparisons)
     regressed = [c for c in comparisons if c.verdict == "regressed"]
     improved = [c for c in comparisons if c.verdict == "improved"]
-    n = len(base_runs)
-    against = f"against the median of {n} earlier comparable run{'s' if n != 1 else ''}"
-    message = f"{len(regressed)} metric(s) regressed {against}" if regressed else f"no regression {against}"
+    against = f"against the median of runs {', '.join(ids)} ({_runs(n)})"
+    message = f"{_plural(len(regressed), 'metric')} regressed {against}" if regressed else f"no regression {against}"
     if improved:
         message += f"; {len(improved)} improved"
-    return RegressionReport(
-        run_id=current.meta.run_id,
-        comparable_key=key,
-        status="regressed" if regressed else "ok",
-        message=message,
-        config=cfg,
-        baseline_run_ids=[r.meta.run_id for r in base_runs],
-        comparisons=comparisons,
-    )
+    return report("regressed" if regressed else "ok", message, baseline_run_ids=ids, comparisons=comparisons)

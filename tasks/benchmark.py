@@ -19,7 +19,9 @@ from pydantic import SecretStr
 
 from roost import catalogue as C
 from roost.bench.sweep import BenchFailed, BenchResult, BenchSettings, make_settings, run_benchmark
+from roost.progress import terminal_progress
 from roost.records import BenchPoint
+from tasks.report import artifact_key
 
 __all__ = ["BenchFailed", "benchmark_task", "point_table"]
 
@@ -46,27 +48,42 @@ def benchmark_task(
     model: str,
     settings: BenchSettings | dict[str, Any] | None = None,
     api_key: SecretStr | str | None = None,
+    *,
+    profile: str = "",
+    host: str = "",
 ) -> BenchResult:
-    """Run the benchmark against ``base_url`` (serving ``model``); return every point and request."""
+    """Run the benchmark against ``base_url`` (serving ``model``); return every point and request.
+
+    ``profile`` and ``host`` key the artifacts (``roost-benchmark-progress-<profile>-<host>``,
+    ``roost-benchmark-points-<profile>-<host>``), so the UI shows each one's history per model and host."""
     logger = get_run_logger()
     s = settings if isinstance(settings, BenchSettings) else make_settings(**(settings or {}))
     key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
-    artifact_id = cast(UUID, create_progress_artifact(progress=0.0, description=f"benchmark of {model}: starting"))
+    where = f"benchmark of {model}" + (f" ({profile} on {host})" if profile and host else "")
+    artifact_id = cast(UUID, create_progress_artifact(
+        progress=0.0, key=artifact_key("roost-benchmark-progress", profile, host), description=f"{where}: starting"))
     logger.info(
         "benchmark of %s: prompt lengths %s, concurrency %s, %d output tokens, %d repeats, thinking %s",
         model, s.prompt_lengths, s.levels(), s.output_tokens, s.repeats, "on" if s.thinking else "off",
     )
 
+    # bars on a terminal; elsewhere the log lines are the plain form
+    terminal = terminal_progress(f"benchmark of {model}", unit="steps", plain=False, secrets=[key or ""])
+
     def on_progress(message: str, fraction: float) -> None:
         logger.info("%s", message)
-        update_progress_artifact(artifact_id=artifact_id, progress=100 * fraction, description=f"benchmark of {model}: {message}")
+        update_progress_artifact(artifact_id=artifact_id, progress=round(100 * fraction, 1),
+                                 description=f"{where}: {message}")
+        terminal.update(*s.points_done(fraction), status=message)  # points measured of all
 
-    result = run_benchmark(base_url, model, s, api_key=key or None, progress=on_progress)
+    with terminal:
+        result = run_benchmark(base_url, model, s, api_key=key or None, progress=on_progress)
     for note in result.notes:
         logger.warning("%s", note)
     if result.points:
-        create_table_artifact(table=point_table(result.points), key="roost-benchmark-points",
-                              description=f"benchmark of {model}: one row per point (definitions: roost/catalogue.py)")
+        create_table_artifact(table=point_table(result.points), key=artifact_key("roost-benchmark-points", profile, host),
+                              description=f"{where}: one row per point, numbers as the report prints them "
+                              "(definitions: roost/catalogue.py)")
     if result.knee is not None:
         logger.info("knee: %s", result.knee.describe())
     if result.failed:

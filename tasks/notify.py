@@ -17,15 +17,15 @@ from prefect.settings import PREFECT_UI_URL
 from pydantic import ValidationError
 
 from blocks.resolve import validation_problems
-from blocks.slack import SlackNotifier
+from blocks.slack import SLACK_BLOCK, SlackNotifier
 from roost.notify import NotifyResult
 from roost.notify.slack import deliver, prefect_run_url
 from roost.records import RunRecord
 from roost.store import append_notification
 from tasks.report import ReportOutcome
 
-DEFAULT_BLOCK = "roost-slack"
-"""The SlackNotifier block ``notify_task`` loads when it is given none."""
+DEFAULT_BLOCK = SLACK_BLOCK
+"""The SlackNotifier block ``notify_task`` loads when it is given none (``roost setup`` makes crash alerts from it)."""
 
 
 def load_notifier(block_name: str, logger: Any) -> SlackNotifier | None:

@@ -8,6 +8,12 @@ the Prefect UI shows each one's history across runs.
 This task does not raise for a problem of its own (a full disk, a chart that cannot be drawn): it
 logs it, carries on with what it can still do, and lists it in ``ReportOutcome.errors``, so the
 flow still notifies Slack about the run.
+
+The artifacts are published by the flow (``flows.stages.report_stage`` calls ``publish_artifacts``)
+so that they belong to the flow run. A browser reaches the report files only through a results URL
+(``roost.report.publish``): with one, the Markdown artifact shows every chart from the served files
+and a link and an image artifact point at them; without one, it shows the headline charts as small
+inline PNGs and says how to serve the rest (a ``file://`` link would not open in the Prefect UI).
 """
 
 from __future__ import annotations
@@ -18,19 +24,29 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_image_artifact,
+    create_link_artifact,
+    create_markdown_artifact,
+    create_table_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
+from prefect.settings import PREFECT_UI_URL
 from pydantic import BaseModel, Field
 
 from roost.catalogue import fmt_change, fmt_value
+from roost.errors import UserError
 from roost.headline import headline_rows
 from roost.records import RunRecord
-from roost.regress import RegressConfig, RegressionReport, compare
+from roost.regress import MetricComparison, RegressConfig, RegressionReport, compare
 from roost.report import ReportFiles, write_report
 from roost.report.document import build_document
-from roost.report.markdown import render_markdown
+from roost.report.markdown import png_data_uri, render_markdown
+from roost.report.publish import ENABLE_HINT, ReportUrls, report_urls, results_url
+from roost.report.write import headline_charts
 from roost.store import AlreadyStored, StoredRun, append_run, load_records, report_dir
+from roost.store.layout import store_root
 
 HISTORY_LIMIT = 60
 """Earlier runs of the same model and host read for the baseline and the history charts."""
@@ -42,8 +58,11 @@ class ReportOutcome(BaseModel):
     stored: StoredRun | None = None
     files: ReportFiles | None = None
     comparison: RegressionReport | None = None
+    urls: ReportUrls | None = Field(default=None, description="Where a browser reaches the files (a results URL set).")
     artifact_keys: dict[str, str] = Field(default_factory=dict)
-    artifact_markdown: str = Field(default="", description="The report as Markdown with charts named by path.")
+    artifact_markdown: str = Field(
+        default="", description="The report as Markdown for the Prefect UI: charts from the results URL, or the "
+        "headline ones inline and the rest named by path.")
     errors: list[str] = Field(default_factory=list)
 
     @property
@@ -58,33 +77,53 @@ def artifact_key(prefix: str, *parts: str) -> str:
 
 
 def headline_table(record: RunRecord, comparison: RegressionReport | None) -> list[dict[str, str]]:
-    """Rows of the headline table artifact: metric, value, baseline, change, verdict."""
+    """Rows of the headline table artifact: metric, value, baseline, change, verdict. Every regressed
+    metric has a row (one that is not a headline number is added after them); the last row says the
+    verdict in words."""
+    words = {"insufficient": "no verdict (insufficient baseline)", "new": "new (no baseline)"}
+
+    def row(label: str, value: str, c: MetricComparison | None) -> dict[str, str]:
+        return {
+            "metric": label,
+            "value": value,
+            "baseline": c.metric.format(c.baseline) if c is not None and c.baseline is not None else "—",
+            "change": fmt_change(c.change_pct) if c is not None and c.change_pct is not None else "—",
+            "verdict": words.get(c.verdict, c.verdict) if c is not None else "—",
+        }
+
     rows = []
+    shown: set[str] = set()
     for r in headline_rows(record):
         c = comparison.get(r.compared_as) if comparison is not None and r.compared_as else None
-        rows.append(
-            {
-                "metric": r.label,
-                "value": r.text,
-                "baseline": r.metric.format(c.baseline) if c is not None and c.baseline is not None else "—",
-                "change": fmt_change(c.change_pct) if c is not None and c.change_pct is not None else "—",
-                "verdict": c.verdict if c is not None else "—",
-            }
-        )
-    rows.append({"metric": "status", "value": record.status + (f" at {record.failed_stage}" if record.failed_stage else ""),
-                 "baseline": "—", "change": "—", "verdict": comparison.status if comparison else "—"})
+        rows.append(row(r.label, r.text, c))
+        if c is not None:
+            shown.add(c.metric.name)
+    for c in comparison.regressions if comparison is not None else []:
+        if c.metric.name not in shown:
+            rows.append(row(c.metric.label, c.metric.format(c.current), c))
+    if record.status != "completed":
+        verdict, value = "run failed", f"the run failed at {record.failed_stage or 'an unknown stage'}: not compared"
+    elif comparison is None:
+        verdict, value = "not compared", "no baseline comparison was made"
+    else:
+        n = len(comparison.regressions)
+        verdict = {"baseline": "baseline established", "insufficient": "no verdict: insufficient baseline",
+                   "regressed": f"REGRESSED: {n} metric{'s' if n != 1 else ''}", "ok": "no regression",
+                   "failed_run": "run failed"}[comparison.status]
+        value = comparison.message
+    rows.append({"metric": "verdict", "value": value, "baseline": "—", "change": "—", "verdict": verdict})
     return rows
 
 
 def publish_artifacts(record: RunRecord, outcome: ReportOutcome) -> dict[str, str]:
-    """The markdown, table and link artifacts of the run; returns {kind: key}."""
+    """The run's report artifacts, on the current (flow) run; returns {kind: key}.
+
+    Always the Markdown report and the headline table; with a results URL also a link to the HTML
+    report and an image artifact of the key chart. Without one there is no link artifact: a
+    ``file://`` URL on the worker does not open in a browser elsewhere."""
     meta = record.meta
-    keys = {
-        "markdown": artifact_key("roost-report", meta.profile, meta.host),
-        "table": artifact_key("roost-headline", meta.profile, meta.host),
-        "link": artifact_key("roost-files", meta.profile, meta.host),
-    }
-    files = outcome.files
+    parts = (meta.profile, meta.host)
+    keys = {"markdown": artifact_key("roost-report", *parts), "table": artifact_key("roost-headline", *parts)}
     what = f"{meta.profile} on {meta.host}, run {meta.run_id} ({record.status})"
     if outcome.artifact_markdown:
         markdown = outcome.artifact_markdown
@@ -93,14 +132,47 @@ def publish_artifacts(record: RunRecord, outcome: ReportOutcome) -> dict[str, st
     create_markdown_artifact(markdown=markdown, key=keys["markdown"], description=f"roost report: {what}")
     create_table_artifact(table=headline_table(record, outcome.comparison), key=keys["table"],
                           description=f"Headline numbers: {what}")
-    if files is not None:
+    urls = outcome.urls
+    if urls is not None:
+        keys["link"] = artifact_key("roost-files", *parts)
         create_link_artifact(
-            link=files.html.resolve().as_uri(),
+            link=urls.html,
             link_text=f"HTML report ({meta.run_id})",
             key=keys["link"],
-            description=f"Report files in {files.directory}: report.html (self-contained), report.md, charts/*.png",
+            description=f"Full report of {what}: report.html (self-contained), served by `roost results serve`",
         )
+        if urls.key_chart is not None:
+            keys["image"] = artifact_key("roost-chart", *parts)
+            create_image_artifact(image_url=urls.key_chart, key=keys["image"],
+                                  description=f"Key chart: {what}")
     return keys
+
+
+def results_url_for(host_results_url: str = "", logger: Any = None) -> str:
+    """The results URL in effect on this worker (``ROOST_RESULTS_URL``, else the host profile's), or
+    ``""``; a malformed setting is logged and ignored so that the run is still reported."""
+    try:
+        return results_url(host_results_url)
+    except UserError as exc:
+        (logger or logging.getLogger("roost.report")).error("%s; the report artifacts will not link to files", exc)
+        return ""
+
+
+def artifact_sources(files: ReportFiles, urls: ReportUrls | None) -> tuple[dict[Path, str], str]:
+    """The charts the artifact Markdown shows as images ({path: source}), and the line that says
+    where the full report is: every chart from the results URL when there is one, else the headline
+    charts as small inline PNGs (the rest stay named by path)."""
+    sources: dict[Path, str] = {}
+    if urls is not None:
+        sources = {path: urls.charts[name] for name, path in files.charts.items() if name in urls.charts}
+        return sources, f"**Full report:** [report.html]({urls.html}) · [report.md]({urls.markdown})"
+    for name in headline_charts(files.charts):
+        uri = png_data_uri(files.charts[name])
+        if uri is not None:
+            sources[files.charts[name]] = uri
+    note = (f"**Full report:** `{files.html}` on the worker. The headline charts below are small copies; "
+            f"to open the full report and every chart from the Prefect UI, {ENABLE_HINT}.")
+    return sources, note
 
 
 def build_report(
@@ -108,8 +180,13 @@ def build_report(
     results_root: Path | None = None,
     regress_config: RegressConfig | None = None,
     logger: Any = None,
+    results_url: str = "",
+    ui_url: str = "",
 ) -> ReportOutcome:
-    """Store, compare and render (no Prefect API needed). Problems are logged and listed, not raised."""
+    """Store, compare and render (no Prefect API needed). Problems are logged and listed, not raised.
+
+    ``results_url`` (validated, ``roost.report.publish.results_url``): where a browser reaches the
+    reports directory; the artifact Markdown and ``outcome.urls`` point there."""
     log = logger or logging.getLogger("roost.report")
     outcome = ReportOutcome()
     meta = record.meta
@@ -144,10 +221,17 @@ def build_report(
         outcome.errors.append(f"compare: {exc}")
 
     try:
-        outcome.files = write_report(record, history, outcome.comparison, out_dir)
+        outcome.files = write_report(record, history, outcome.comparison, out_dir, ui_url=ui_url)
         log.info("report written: %s", outcome.files.markdown)
-        doc = build_document(record, history, outcome.comparison, outcome.files.charts)
-        outcome.artifact_markdown = render_markdown(doc, out_dir, images="path")
+        files = outcome.files
+        outcome.urls = report_urls(files.html, files.markdown, files.charts, files.key_chart,
+                                   store_root(results_root) / "reports", results_url)
+        if results_url and outcome.urls is None:
+            log.warning("the report %s is not under the served reports directory; no URLs for it", files.directory)
+        doc = build_document(record, history, outcome.comparison, files.charts, ui_url=ui_url)
+        sources, note = artifact_sources(files, outcome.urls)
+        title, _, rest = render_markdown(doc, out_dir, images="path", sources=sources).partition("\n")
+        outcome.artifact_markdown = f"{title}\n\n{note}\n{rest}"
     except Exception as exc:
         log.exception("could not write the report")
         outcome.errors.append(f"report: {exc}")
@@ -159,14 +243,9 @@ def report_task(
     record: RunRecord,
     results_root: Path | None = None,
     regress_config: RegressConfig | None = None,
+    results_url: str = "",
 ) -> ReportOutcome:
-    """Store the run, compare it with its baseline, write report files and publish artifacts."""
-    logger = get_run_logger()
-    outcome = build_report(record, results_root, regress_config, logger=logger)
-    stored_record = record.model_copy(update={"report_path": str(outcome.markdown or "")})
-    try:
-        outcome.artifact_keys = publish_artifacts(stored_record, outcome)
-    except Exception as exc:
-        logger.error("could not publish the report artifacts: %s", exc)
-        outcome.errors.append(f"artifacts: {exc}")
-    return outcome
+    """Store the run, compare it with its baseline and write the report files (the flow publishes
+    the artifacts: ``publish_artifacts``)."""
+    return build_report(record, results_root, regress_config, logger=get_run_logger(), results_url=results_url,
+                        ui_url=PREFECT_UI_URL.value() or "")

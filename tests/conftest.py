@@ -138,11 +138,6 @@ class VllmServerInfo:
         self.base_url, self.model, self.api_key, self.log_path = base_url, model, api_key, log_path
         self.spec = spec  # the ServeSpec it was started with
 
-    @property
-    def compile_cache(self) -> Path:
-        """Its own VLLM_CACHE_ROOT (compiled once per session; ``test_compile_cache_vllm`` breaks and mends it)."""
-        return Path(self.spec.env["VLLM_CACHE_ROOT"])
-
 
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]:

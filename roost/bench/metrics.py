@@ -98,13 +98,13 @@ def completed(records: Iterable[RequestRecord]) -> list[RequestRecord]:
 
 
 def output_throughput(records: Sequence[RequestRecord], wall_s: float) -> float | None:
-    """Aggregate output tok/s: completion tokens of completed requests / wall time of the step."""
+    """Aggregate output tok/s: completion tokens of completed requests / wall time of the step. None
+    for a step that measured nothing (no completed request, or no token from any of them), so that
+    such a repeat adds nothing to the point's per-repeat distribution instead of a 0."""
     if wall_s <= 0:
         return None
-    done = completed(records)
-    if not done:
-        return None
-    return sum(output_tokens(r) or 0 for r in done) / wall_s
+    tokens = sum(output_tokens(r) or 0 for r in completed(records))
+    return tokens / wall_s if tokens > 0 else None
 
 
 def request_throughput(records: Sequence[RequestRecord], wall_s: float) -> float | None:
@@ -166,8 +166,10 @@ class Step(BaseModel):
 class PointStats(BaseModel):
     """What a point (a prompt length or a concurrency level) reports, over its repeated steps.
 
-    Per-request metrics pool the completed requests of every repeat; per-step metrics (the
-    throughputs) are one value per repeat, summarised as median/min/max over the repeats.
+    Per-request metrics pool the completed requests of every repeat (the decode timings only those
+    with a measurable decode of two tokens or more); per-step metrics (the throughputs) are one value
+    per repeat that measured something, summarised as median/min/max over those repeats: a repeat
+    with no completed request or no token contributes nothing (not a 0).
     """
 
     requests: int
@@ -194,13 +196,13 @@ def point_stats(steps: Sequence[Step], ceiling_tok_s: float | None = None) -> Po
     records = [r for s in steps for r in s.records]
     done = completed(records)
     kinds: list[Kind] = []
-    timed: list[RequestRecord] = []  # completed and measurable: the decode-timing distributions
+    timed: list[RequestRecord] = []  # completed, measurable and with a decode to time: the decode timings
     for r in done:
         why = unmeasurable(r, ceiling_tok_s)
-        if why is None:
-            timed.append(r)
-        else:
+        if why is not None:
             kinds.append(why.kind)
+        elif tpot(r) is not None:  # fewer than two tokens: no decode, no inter-token gap to add
+            timed.append(r)
     return PointStats(
         requests=len(records),
         errors=sum(1 for r in records if r.error),

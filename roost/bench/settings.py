@@ -96,6 +96,12 @@ class BenchSettings(BaseModel):
             out.add(self.max_num_seqs)
         return sorted(out)
 
+    def points_done(self, fraction: float) -> tuple[int, int]:
+        """(points measured, points in all) when ``fraction`` of the sweep's steps are done: one point
+        per prompt length and per concurrency level, each ``repeats`` steps."""
+        total = len(self.prompt_lengths) + len(self.levels())
+        return min(total, int(fraction * total + 1e-9)), total
+
     def chat_template_kwargs(self) -> dict[str, Any]:
         return {"enable_thinking": self.thinking}
 

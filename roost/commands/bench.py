@@ -112,6 +112,7 @@ def bench(
     # Imported here, not at module level: the benchmark engine pulls in httpx, and every roost
     # command's start time pays for what roost/cli.py imports.
     from roost.bench.sweep import make_settings, run_benchmark
+    from roost.progress import terminal_progress
 
     values: dict[str, Any] = {
         "output_tokens": output_tokens,
@@ -129,11 +130,16 @@ def bench(
     settings = make_settings(**values)
     key = api_key if api_key is not None else os.environ.get("VLLM_API_KEY")
 
-    def progress(message: str, fraction: float) -> None:
-        if not quiet:
-            typer.echo(f"[{100 * fraction:3.0f}%] {message}", err=True)
+    # bars on a terminal; piped or in CI, a line every 10 s or 10 %; nothing with --quiet
+    terminal = terminal_progress(f"benchmark of {model}", unit="steps", mode="off" if quiet else None,
+                                 secrets=[key or ""])
 
-    result = run_benchmark(base_url, model, settings, api_key=key or None, progress=progress)
+    def progress(message: str, fraction: float) -> None:
+        done, points = settings.points_done(fraction)
+        terminal.update(done, points, status=message)  # points measured of all
+
+    with terminal:
+        result = run_benchmark(base_url, model, settings, api_key=key or None, progress=progress)
     if output is not None:
         _write_atomic(output, result.model_dump_json(indent=2))
     if as_json:

@@ -40,6 +40,7 @@ def download(
     # huggingface_hub and httpx (imported by roost.hub.snapshot) are only needed when downloading.
     from roost.hub.progress import DownloadProgress
     from roost.hub.snapshot import DownloadSpec, download_and_verify
+    from roost.progress import terminal_progress
 
     try:
         spec = DownloadSpec(repo_id=repo_id, revision=revision)
@@ -53,10 +54,15 @@ def download(
 
     _log_to_stderr()
 
-    def show(p: DownloadProgress) -> None:
-        typer.echo(f"roost: {p.line()}", err=True)
+    # bars on a terminal; piped or in CI, a line every 10 s or 10 %
+    terminal = terminal_progress(f"{spec.repo_id}@{spec.revision}", unit="bytes")
 
-    result = download_and_verify(spec, target, progress=show, progress_interval=5.0)
+    def show(p: DownloadProgress) -> None:
+        terminal.update(p.bytes_done, p.bytes_total, phase=p.phase, rate=p.rate_bps, eta_s=p.eta_s,
+                        status=f"files {p.files_done}/{p.files_total}")
+
+    with terminal:
+        result = download_and_verify(spec, target, progress=show, progress_interval=1.0)
     if json_output:
         echo_json(result)
     else:

@@ -1,7 +1,8 @@
-"""``roost results``: list the runs in the results store, newest last, filtered by model and host.
+"""``roost results``: list the runs in the results store, newest last, filtered by model and host;
+``roost results serve``: serve the reports over HTTP for the Prefect UI (``roost.report.serve``).
 
 Exit 0 (also for an empty store), 2 for a filter naming a model or host the store has never seen
-(the message lists the ones it has).
+(the message lists the ones it has), for a ``serve`` root that is not a directory or a port in use.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def select_runs(df: Any, model: str | None, host: str | None, last: int | None) 
 
 
 def results(
+    ctx: typer.Context,
     model: Annotated[
         str | None, typer.Option("--model", help="Repo id (org/name), profile or served model name.")
     ] = None,
@@ -109,6 +111,8 @@ def results(
     ] = None,
 ) -> None:
     """List stored runs with their headline numbers, oldest first."""
+    if ctx.invoked_subcommand is not None:  # `roost results serve`: the group's own listing does not run
+        return
     from roost.store import load_runs  # pyarrow and pandas: only when the command runs (CLI start time)
 
     root = results_dir if results_dir is not None else default_results_dir()
@@ -135,7 +139,41 @@ def results(
         typer.echo(f"\n{len(rows)} run(s) in {root}")
 
 
+def serve(
+    bind: Annotated[str, typer.Option("--bind", help="Address to listen on (e.g. the worker's tailnet address; "
+                                      "0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port).")] = 8765,
+    root: Annotated[
+        Path | None,
+        typer.Option("--root", help="Directory to serve (default: the reports of $ROOST_RESULTS_DIR, else "
+                                    "./results/reports)."),
+    ] = None,
+) -> None:
+    """Serve the run reports read-only over HTTP so the Prefect UI shows their charts and links."""
+    from roost.report.serve import make_server, server_url
+
+    directory = root if root is not None else default_results_dir() / "reports"
+    server = make_server(directory, bind, port)
+    url = server_url(server, bind)
+    typer.echo(f"ROOST_RESULTS_URL={url}")
+    typer.echo(f"serving the reports in {directory.resolve()} read-only at {url}; set ROOST_RESULTS_URL={url} "
+               "in the worker's environment (or results_url on the host profile); Ctrl-C stops", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 def register(app: typer.Typer) -> None:
-    app.command("results", help="List stored runs and their headline numbers; filter by model and host.")(
-        user_errors(results)
+    group = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    group.callback(
+        invoke_without_command=True,
+        help="List stored runs and their headline numbers; filter by model and host. `roost results serve` "
+             "serves the reports over HTTP for the Prefect UI.",
+    )(user_errors(results))
+    group.command("serve", help="Serve the run reports read-only over HTTP (the URL to set as ROOST_RESULTS_URL).")(
+        user_errors(serve)
     )
+    app.add_typer(group, name="results")

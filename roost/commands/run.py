@@ -57,6 +57,9 @@ def run(
     notify: Annotated[bool, typer.Option("--notify/--no-notify", help="Send Slack notifications if configured.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON.")] = False,
 ) -> None:
+    # roost's module loggers (roost.hub retries and resumes, ...) in the run's logs, at INFO
+    # (flows/identity.py); set before anything loads Prefect, which reads it once
+    os.environ["PREFECT_LOGGING_EXTRA_LOGGERS"] = with_roost_logger(os.environ.get("PREFECT_LOGGING_EXTRA_LOGGERS", ""))
     if os.environ.get("PREFECT_API_URL"):  # saved model-profile / roost-host documents count too
         prof = _saved_or_builtin(profile, host)
     else:  # unknown names fail here, before a temporary Prefect server starts
@@ -91,6 +94,12 @@ def run(
         echo_json(record)
         return
     typer.echo(_summary(record))
+
+
+def with_roost_logger(extra_loggers: str) -> str:
+    """``PREFECT_LOGGING_EXTRA_LOGGERS`` (comma-separated logger names) with ``roost`` among them."""
+    names = [n.strip() for n in extra_loggers.split(",") if n.strip()]
+    return ",".join(names if "roost" in names else [*names, "roost"])
 
 
 def _dry_run(prof: ModelProfile, host: str | None, model_dir: Path | None, overrides: list[str], *, port: int | None,

@@ -17,15 +17,17 @@ def register(app: typer.Typer) -> None:
         help="Register roost on the Prefect server at PREFECT_API_URL: block types and documents (hosts, model "
         "profiles; host documents earlier releases saved as spark-host are migrated to roost-host), the "
         "process work pool, one work queue and one serving concurrency limit per host, the zombie-run "
-        "automation, and the land / rebenchmark / audit deployments. Idempotent: a second run changes "
-        "nothing and says so.",
+        "automation, the crash alert (from the roost-slack Slack block, when saved), and the land / "
+        "rebenchmark / audit deployments. Hosts: every saved roost-host block, this machine's cpu, and "
+        "those named with --hosts. Idempotent: a second run changes nothing and says so.",
     )(user_errors(setup))
 
 
 def setup(
     pool: Annotated[str, typer.Option(help="Work pool (process type) the workers poll.")] = "roost-spark",
-    hosts: Annotated[str, typer.Option(help="Comma-separated hosts: one work queue, limit and deployment set each "
-                                            "(built-ins spark, cpu, or saved roost-host blocks).")] = "spark,cpu",
+    hosts: Annotated[str | None, typer.Option(
+        help="Comma-separated hosts to set up besides those that exist (saved roost-host blocks, and cpu): one "
+             "work queue, limit and deployment set each (e.g. spark, or a saved roost-host block's name).")] = None,
     cron: Annotated[str, typer.Option(help="Schedule of the rebenchmark deployments (cron; 'off' for none).")]
         = "0 3 * * *",
     timezone: Annotated[str, typer.Option(help="Time zone of the cron schedule.")] = "UTC",
@@ -39,9 +41,9 @@ def setup(
         "--store-vllm-api-key", help="Save $VLLM_API_KEY into the Secret block roost-vllm-api-key.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    host_list = [h.strip() for h in hosts.split(",") if h.strip()]
-    if not host_list:
-        raise UserError("--hosts is empty: name at least one host, e.g. --hosts spark,cpu")
+    host_list = [h.strip() for h in hosts.split(",") if h.strip()] if hosts is not None else []
+    if hosts is not None and not host_list:
+        raise UserError("--hosts is empty: name at least one host, e.g. --hosts spark, or leave it out")
     if source is not None and not (source / "flows" / "land.py").is_file():
         raise UserError(f"--source {source}: no flows/land.py there; point it at a roost checkout")
 
@@ -58,8 +60,13 @@ def setup(
         return
     for item in report.items:
         typer.echo(f"{item.status:<10} {item.kind:<18} {item.name}" + (f"  ({item.detail})" if item.detail else ""))
+    typer.echo(f"hosts set up: {', '.join(report.hosts)}")
+    for host, why in report.skipped_hosts.items():
+        typer.echo(f"host skipped: {host}: {why}")
+    typer.echo(report.crash_alerts)
     n = len(report.changed)
     typer.echo(f"roost setup: {n} object(s) created, updated or migrated on {report.api_url}" if n else
                f"roost setup: nothing to change on {report.api_url}")
     if n:
-        typer.echo(f"next: start a worker per host: prefect worker start --pool {report.pool} --work-queue <host>")
+        typer.echo(f"next: start a worker per host: "
+                   f"PREFECT_WORKER_QUERY_SECONDS=1 prefect worker start --pool {report.pool} --work-queue <host>")

@@ -9,6 +9,10 @@ torch: weights are drawn with numpy.
 
 Deterministic: the same ``seed`` gives byte-identical files, so the Hub commit and every cache
 key downstream are stable across runs.
+
+``numpy`` and ``tokenizers`` belong to roost's ``demo`` extra: they are imported where they are used,
+so importing this module (``flows.stages`` does, through ``tasks.local_hub``) works on a worker that
+installed roost without the extra.
 """
 
 from __future__ import annotations
@@ -16,12 +20,12 @@ from __future__ import annotations
 import json
 import sysconfig
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
-from roost.checkpoint.writer import TensorSpec, to_bf16_bytes, write_shards
+    from roost.checkpoint.writer import TensorSpec
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
@@ -79,6 +83,8 @@ def _corpus(max_bytes: int = 2_000_000) -> list[str]:
 
 def train_tokenizer(vocab_size: int = 2048) -> Tokenizer:
     """A byte-level BPE (GPT-2 style pre-tokenizer) with the chat special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # the demo extra
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -125,6 +131,10 @@ def generate_tiny_model(out_dir: Path, *, seed: int = 0, num_shards: int = 2,
     ``overrides`` patches the config (e.g. ``{"num_hidden_layers": 2}``). Norm weights are ones,
     everything else N(0, 0.02) in BF16.
     """
+    import numpy as np  # the demo extra, as roost.checkpoint.writer's numpy
+
+    from roost.checkpoint.writer import to_bf16_bytes, write_shards
+
     out_dir.mkdir(parents=True, exist_ok=True)
     tok = train_tokenizer()
     vocab = tok.get_vocab_size()

@@ -27,10 +27,11 @@ from urllib.parse import quote
 import httpx
 from huggingface_hub import HfApi, get_token, hf_hub_download
 from huggingface_hub.hf_api import RepoFile
-from huggingface_hub.utils._runtime import is_xet_available
 from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
+from roost._compat import XET_TRANSFER_BAR_MARKER
+from roost._compat import xet_available as _xet_available
 from roost.errors import UserError
 from roost.hub.errors import (
     FaultContext,
@@ -338,7 +339,7 @@ def content_range_start(value: str) -> int | None:
 
 def xet_available() -> bool:
     """hf_xet is installed, so Xet-stored files can be fetched through it."""
-    return bool(is_xet_available())
+    return _xet_available()
 
 
 def byte_counting_tqdm(sink: Callable[[int], None]) -> Any:
@@ -350,7 +351,7 @@ def byte_counting_tqdm(sink: Callable[[int], None]) -> Any:
 
     class _Counter(tqdm):  # type: ignore[misc, type-arg]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            self._forward = "downloading bytes" not in str(kwargs.get("desc", ""))
+            self._forward = XET_TRANSFER_BAR_MARKER not in str(kwargs.get("desc", ""))
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
 

@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
-from huggingface_hub.utils._paths import filter_repo_objects
+from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]  # public: in its lazy __all__
 from pydantic import BaseModel, Field, field_validator
 
 from roost.errors import UserError

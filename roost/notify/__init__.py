@@ -3,8 +3,8 @@
 
 Three kinds of message:
 
-- ``regression``: at least one metric regressed against the baseline; lists each before -> after
-  and mentions the configured people.
+- ``regression``: at least one metric regressed against the baseline; lists every one before -> after
+  (packed into as many sections as Block Kit allows) and mentions the configured people.
 - ``failure``: the run failed; names the stage, the failure class and its remediation.
 - ``run``: a routine report of the headline numbers (sent only with ``notify_on`` ``every_run``).
 
@@ -29,7 +29,18 @@ NotifyKind = Literal["regression", "failure", "run"]
 NotifyOn = Literal["regression", "failure", "every_run"]
 
 MAX_LISTED = 10
-"""Regressed/improved metrics listed in one message; the rest are counted."""
+"""Improved metrics listed in one message; the rest are counted. Regressions are all listed."""
+
+MAX_BLOCKS = 50
+"""Slack's limit on blocks in one message."""
+
+MAX_SECTION_TEXT = 3000
+"""Slack's limit on a section's text."""
+
+MAX_FIELDS = 10
+"""Slack's limit on a section's fields (each at most ``MAX_FIELD_TEXT`` characters)."""
+
+MAX_FIELD_TEXT = 2000
 
 
 class NotifyResult(BaseModel):
@@ -91,7 +102,29 @@ def format_mention(who: str) -> str:
 
 
 def _section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:MAX_SECTION_TEXT]}}
+
+
+def packed_sections(title: str, lines: list[str], max_blocks: int) -> list[dict[str, Any]]:
+    """``*title*`` then every line, packed into at most ``max_blocks`` sections of at most
+    ``MAX_SECTION_TEXT`` characters; lines that do not fit are counted in a last ``… and N more``."""
+    max_blocks = max(1, max_blocks)
+    sections: list[str] = []
+    text = f"*{title}*"
+    for i, line in enumerate(lines):
+        line = line[: MAX_SECTION_TEXT - 100]
+        last = len(sections) + 1 == max_blocks
+        room = MAX_SECTION_TEXT - (40 if last else 0)  # the last section keeps room for "… and N more"
+        if len(text) + 1 + len(line) <= room:
+            text += "\n" + line
+        elif not last:
+            sections.append(text)
+            text = line
+        else:
+            text += f"\n… and {len(lines) - i} more"
+            break
+    sections.append(text)
+    return [_section(t) for t in sections]
 
 
 def _who(record: RunRecord) -> str:
@@ -122,6 +155,15 @@ def ranked(record: RunRecord, items: list[MetricComparison]) -> list[MetricCompa
         return rank, -abs(c.change_pct or 0.0)
 
     return sorted(items, key=key)
+
+
+def insufficient_text(comparison: RegressionReport) -> str:
+    """``_Insufficient baseline: 2 earlier comparable runs (…); a verdict needs 3. Nothing was judged._``"""
+    n = len(comparison.baseline_run_ids)
+    runs = f"{n} earlier comparable run{'s' if n != 1 else ''}"
+    ids = ", ".join(f"`{escape(r)}`" for r in comparison.baseline_run_ids)
+    return (f"_Insufficient baseline: {runs} ({ids}); a verdict needs {comparison.config.min_runs}. "
+            "Nothing was judged regressed or improved._")
 
 
 def _listing(title: str, items: list[MetricComparison]) -> str:
@@ -164,6 +206,8 @@ def build_message(
         title = f"roost run: {who}"
         h = headline(record)
         text = f"{title}: decode {fmt_value(h.decode_tok_s, 'tok/s')}, peak {fmt_value(h.peak_output_tok_s, 'tok/s')}"
+        if comparison is not None and comparison.insufficient:
+            text += " (insufficient baseline: no verdict)"
     if tags:
         text = f"{tags} {text}"
     blocks.append({"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}})
@@ -186,19 +230,19 @@ def build_message(
         blocks.append(
             {
                 "type": "section",
-                "fields": [{"type": "mrkdwn", "text": f"*{escape(k)}*\n{escape(v)}"} for k, v in fields[:10]],
+                "fields": [{"type": "mrkdwn", "text": f"*{escape(k)}*\n{escape(v)}"[:MAX_FIELD_TEXT]}
+                           for k, v in fields[:MAX_FIELDS]],
             }
         )
 
+    tail: list[dict[str, Any]] = []
     if comparison is not None and kind != "failure":
-        if comparison.regressions:
-            n = len(comparison.baseline_run_ids)
-            title = f"Regressed (vs median of {n} comparable run{'s' if n != 1 else ''})"
-            blocks.append(_section(_listing(title, ranked(record, comparison.regressions))))
         if comparison.improvements:
-            blocks.append(_section(_listing("Improved", ranked(record, comparison.improvements))))
+            tail.append(_section(_listing("Improved", ranked(record, comparison.improvements))))
         if comparison.first_run:
-            blocks.append(_section("_First run of this configuration: it establishes the baseline._"))
+            tail.append(_section("_First run of this configuration: it establishes the baseline._"))
+        if comparison.insufficient:
+            tail.append(_section(insufficient_text(comparison)))
 
     links = []
     if run_url:
@@ -206,11 +250,17 @@ def build_message(
     if report_location:
         links.append(f"report: `{escape(report_location)}`")
     if links:
-        blocks.append(_section(" · ".join(links)))
+        tail.append(_section(" · ".join(links)))
     context = f"`{escape(meta.repo_id)}` @ `{meta.commit[:12]}` · run `{meta.run_id}`"
     if meta.vllm_version:
         context += f" · vLLM {escape(meta.vllm_version)}"
     if meta.image_digest:
         context += f" · image `{escape(meta.image_digest[:19])}`"
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]})
-    return SlackMessage(text=text, blocks=blocks)
+    tail.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context[:MAX_SECTION_TEXT]}]})
+    if comparison is not None and kind != "failure" and comparison.regressions:
+        n = len(comparison.baseline_run_ids)
+        heading = (f"Regressed: {len(comparison.regressions)} (vs the median of {n} earlier comparable "
+                   f"run{'s' if n != 1 else ''})")
+        lines = [change_line(c) for c in ranked(record, comparison.regressions)]
+        blocks += packed_sections(heading, lines, MAX_BLOCKS - len(blocks) - len(tail))
+    return SlackMessage(text=text, blocks=blocks + tail)

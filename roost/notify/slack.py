@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import SecretStr
-from slack_sdk import WebClient
-from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler, RetryHandler
-from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
-from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
-from slack_sdk.webhook import WebhookClient
 
 from roost.notify import NotifyResult, SlackMessage, build_message, message_kind, should_notify
 from roost.records import RunMeta, RunRecord
 from roost.regress import RegressionReport
+
+if TYPE_CHECKING:  # slack-sdk loads only when a message is sent: every land run imports this module
+    from slack_sdk.http_retry import RetryHandler
 
 
 class SlackTarget(Protocol):
@@ -48,9 +46,6 @@ class SlackTarget(Protocol):
     def transport(self) -> Literal["bot", "webhook"]: ...
 
     def secrets(self) -> list[str]: ...
-
-
-_BACKOFF = BackoffRetryIntervalCalculator(backoff_factor=0.5)
 
 
 def redact(text: str, secrets: list[str]) -> str:
@@ -103,6 +98,11 @@ class RetryCounter:
 
 def retry_handlers(max_retries: int, counter: RetryCounter) -> list[RetryHandler]:
     """slack-sdk's handlers for 429, connection errors and 500/503, each retrying ``max_retries`` times."""
+    from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+    from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
+    from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
+
+    backoff = BackoffRetryIntervalCalculator(backoff_factor=0.5)
 
     class RateLimit(RateLimitErrorRetryHandler):
         def prepare_for_next_attempt(self, **kw: Any) -> None:
@@ -126,8 +126,8 @@ def retry_handlers(max_retries: int, counter: RetryCounter) -> list[RetryHandler
 
     return [
         RateLimit(max_retry_count=max_retries),
-        Connection(max_retry_count=max_retries, interval_calculator=_BACKOFF),
-        ServerError(max_retry_count=max_retries, interval_calculator=_BACKOFF),
+        Connection(max_retry_count=max_retries, interval_calculator=backoff),
+        ServerError(max_retry_count=max_retries, interval_calculator=backoff),
     ]
 
 
@@ -142,6 +142,8 @@ def _send_bot(
     notifier: SlackTarget, message: SlackMessage, chart: Path | None, result: NotifyResult,
     counter: RetryCounter, secrets: list[str], log: Any,
 ) -> None:
+    from slack_sdk import WebClient
+
     token = notifier.bot_token.get_secret_value().strip() if notifier.bot_token else ""
     client = WebClient(
         token=token,
@@ -177,6 +179,8 @@ def _send_webhook(
     notifier: SlackTarget, message: SlackMessage, result: NotifyResult, counter: RetryCounter,
     secrets: list[str], log: Any,
 ) -> None:
+    from slack_sdk.webhook import WebhookClient
+
     url = notifier.webhook_url.get_secret_value().strip() if notifier.webhook_url else ""
     client = WebhookClient(url, timeout=notifier.timeout_s, logger=sdk_logger(log, secrets),
                            retry_handlers=retry_handlers(notifier.max_retries, counter))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from roost import catalogue as C
 from roost.catalogue import KNEE_FRACTION, fmt_value
 from roost.headline import concurrency_points, headline, knee_of, max_num_seqs, prompt_points
-from roost.records import RunRecord
+from roost.records import Distribution, RunRecord
 from roost.regress import RegressionReport, key_of
 from roost.store.atomic import atomic_write_bytes
 
@@ -72,6 +72,14 @@ def _prompt_axis(ax: object, xs: list[int]) -> None:
     ax.grid(True, alpha=0.3)
 
 
+def _error_bars(ys: list[float], dists: list[Distribution]) -> tuple[list[float], list[float]]:
+    """Min-max error bars around each median (never negative: a median outside its own min-max, as
+    rows edited by hand or rounded apart can have, draws no bar on that side instead of failing)."""
+    lo = [max(0.0, y - float(d.min if d.min is not None else y)) for y, d in zip(ys, dists, strict=True)]
+    hi = [max(0.0, float(d.max if d.max is not None else y) - y) for y, d in zip(ys, dists, strict=True)]
+    return lo, hi
+
+
 def decode_vs_prompt(record: RunRecord, path: Path) -> Path | None:
     """Single-stream decode tok/s (median, min-max bars) against prompt length, with the ceiling."""
     pts = [p for p in prompt_points(record) if p.decode_tok_s.median is not None]
@@ -79,8 +87,7 @@ def decode_vs_prompt(record: RunRecord, path: Path) -> Path | None:
         return None
     xs = [p.prompt_tokens for p in pts]
     ys = [float(p.decode_tok_s.median or 0.0) for p in pts]
-    lo = [y - float(p.decode_tok_s.min if p.decode_tok_s.min is not None else y) for p, y in zip(pts, ys, strict=True)]
-    hi = [float(p.decode_tok_s.max if p.decode_tok_s.max is not None else y) - y for p, y in zip(pts, ys, strict=True)]
+    lo, hi = _error_bars(ys, [p.decode_tok_s for p in pts])
     fig = _figure()
     ax = fig.add_subplot()
     ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=BLUE, capsize=4, lw=2, ms=7, label="decode tok/s (median, min–max)")
@@ -156,8 +163,7 @@ def prefill_figure(record: RunRecord) -> Figure | None:
         return None
     xs = [p.prompt_tokens for p in pts]
     ys = [float(p.prefill_tok_s.median or 0.0) for p in pts]
-    lo = [y - float(p.prefill_tok_s.min if p.prefill_tok_s.min is not None else y) for p, y in zip(pts, ys, strict=True)]
-    hi = [float(p.prefill_tok_s.max if p.prefill_tok_s.max is not None else y) - y for p, y in zip(pts, ys, strict=True)]
+    lo, hi = _error_bars(ys, [p.prefill_tok_s for p in pts])
     fig = _figure()
     ax = fig.add_subplot()
     ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=GREEN, capsize=4, lw=2, ms=7,

@@ -26,6 +26,7 @@ from roost.headline import (
     point_name,
     prompt_points,
 )
+from roost.notify.slack import prefect_run_url
 from roost.records import BenchPoint, RunRecord
 from roost.regress import RegressionReport, key_of
 from roost.units import GiB, format_memory
@@ -113,21 +114,25 @@ def _baseline(comparison: RegressionReport | None) -> Section:
     cfg = comparison.config
     same = ", ".join(cfg.key_fields) if cfg.key_fields else "model commit, image digest, vLLM args and host"
     sec.blocks.append(Para(text=comparison.message[:1].upper() + comparison.message[1:] + "."))
+    n = len(comparison.baseline_run_ids)
     sec.blocks.append(
         Para(
             text=(
-                f"Baseline: median of the last {cfg.window} comparable runs (same {same}). A metric regresses when it moves the wrong way by more than "
-                f"max({cfg.rel_floor:.0%} of the baseline, {cfg.mad_k:g} × the baseline's median absolute deviation)."
+                f"Baseline: the median of the latest comparable runs (same {same}; up to {cfg.window}, this run had "
+                f"{n}); a verdict needs at least {cfg.min_runs}. A metric regresses when it moves the wrong way by "
+                f"more than max({cfg.rel_floor:.0%} of the baseline, {cfg.mad_k:g} × the noise, the metric's floor); "
+                "the noise is the spread of the runs' values (1.4826 × their median absolute deviation) pooled with "
+                f"each run's own spread over its requests or repeats ({code('roost/regress.py')})."
             )
         )
     )
     if comparison.baseline_run_ids:
         sec.blocks.append(Para(text="Baseline runs: " + ", ".join(code(r) for r in comparison.baseline_run_ids)))
     if comparison.comparisons:
-        order = {"regressed": 0, "improved": 1, "unchanged": 2, "new": 3}
+        order = {"regressed": 0, "improved": 1, "unchanged": 2, "insufficient": 3, "new": 4}
+        words = {"regressed": "**REGRESSED**", "insufficient": "no verdict (too few runs)", "new": "new (no baseline)"}
         rows = []
-        for c in sorted(comparison.comparisons, key=lambda c: order[c.verdict]):
-            verdict = {"regressed": "**REGRESSED**", "improved": "improved"}.get(c.verdict, c.verdict)
+        for c in sorted(comparison.comparisons, key=lambda c: order.get(c.verdict, len(order))):
             rows.append(
                 [
                     c.metric.label,
@@ -135,14 +140,15 @@ def _baseline(comparison: RegressionReport | None) -> Section:
                     _f(c.current, c.metric.unit),
                     fmt_change(c.change_pct) if c.baseline is not None else "—",
                     _f(c.threshold, c.metric.unit),
-                    verdict,
+                    words.get(c.verdict, c.verdict),
+                    _f(c.noise_sd, c.metric.unit),
                 ]
             )
         sec.blocks.append(
             Table(
-                headers=["Metric", "Baseline", "This run", "Change", "Threshold", "Verdict"],
+                headers=["Metric", "Baseline", "This run", "Change", "Threshold", "Verdict", "Noise (1 s.d.)"],
                 rows=rows,
-                align_right=[1, 2, 3, 4],
+                align_right=[1, 2, 3, 4, 6],
             )
         )
     return sec
@@ -277,14 +283,59 @@ def _vllm_log(record: RunRecord) -> Section | None:
 
 
 def _point_range(p: BenchPoint) -> str:
-    if p.decode_tok_s.min is None or p.decode_tok_s.max is None:
+    """Decode min-max over the requests with a measured decode; "—" when fewer than two had one (the
+    range of one value says nothing; :func:`_dash_note` says why)."""
+    d = p.decode_tok_s
+    if d.min is None or d.max is None or (d.count is not None and d.count < 2):
         return "—"
-    return f"{fmt_value(p.decode_tok_s.min)}–{fmt_value(p.decode_tok_s.max)}"
+    return f"{fmt_value(d.min)}–{fmt_value(d.max)}"
+
+
+def _empty_repeats(p: BenchPoint) -> int:
+    """Repeats of the point that measured nothing (no completed request with a token): they add no
+    per-repeat value (``roost.bench.metrics.output_throughput``), so the per-repeat count is short."""
+    if not p.repeats or p.output_tok_s.count is None:
+        return 0
+    return max(0, p.repeats - p.output_tok_s.count)
 
 
 def _ok(p: BenchPoint) -> str:
-    """``3/3``, or ``3/3 (1 unmeasurable)`` when some decode timings were unmeasurable."""
-    return f"{p.requests - p.errors}/{p.requests}" + (f" ({p.unmeasurable} unmeasurable)" if p.unmeasurable else "")
+    """``3/3``, or ``3/3 (1 unmeasurable)`` when some decode timings were unmeasurable, ``1/3 (2 of 3
+    repeats measured nothing)`` when some repeats measured nothing."""
+    notes = []
+    if p.unmeasurable:
+        notes.append(f"{p.unmeasurable} unmeasurable")
+    if empty := _empty_repeats(p):
+        notes.append(f"{empty} of {p.repeats} repeats measured nothing")
+    return f"{p.requests - p.errors}/{p.requests}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _ms(seconds: float | None, count: int | None) -> str:
+    """A duration in ms rounded for people (``3.7``, ``0.42``); "—" when nothing was measured (no
+    sample, or a 0 that only says chunks arrived together)."""
+    if seconds is None or not count or seconds <= 0:
+        return "—"
+    ms = seconds * 1000
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 1 else f"{ms:.2f}"
+
+
+def _pct(value: float | None) -> str:
+    """A percentage rounded for people: ``63%``, ``7.5%``."""
+    return "—" if value is None else f"{value:.0f}%" if abs(value) >= 10 else f"{value:.1f}%"
+
+
+def _dash_note(pts: list[BenchPoint]) -> Para | None:
+    """Why a decode min-max or an ITL reads "—" (None when none does)."""
+    ranges = [f"{point_name(p)}: {p.decode_tok_s.count or 0} of {p.requests}" for p in pts
+              if _point_range(p) == "—"]
+    itl = [point_name(p) for p in pts if _ms(p.itl_s.median, p.itl_s.count) == "—"]
+    parts = []
+    if ranges:
+        parts.append("Decode min–max is “—” where fewer than two requests had a measured decode ("
+                     + "; ".join(ranges) + "): a range needs two values.")
+    if itl:
+        parts.append("ITL is “—” where no request had a measured decode (" + ", ".join(itl) + ").")
+    return Para(text=" ".join(parts)) if parts else None
 
 
 def _unmeasurable_note(pts: list[BenchPoint]) -> Para | None:
@@ -333,10 +384,10 @@ def _prompt_section(record: RunRecord, charts: dict[str, Path]) -> Section:
                     _ok(p),
                     _f(p.decode_tok_s.median),
                     _point_range(p),
-                    _f(pct, "%"),
+                    _pct(pct),
                     _f(p.ttft_s.median),
                     _f(p.ttft_s.p90),
-                    _f(p.itl_s.median * 1000 if p.itl_s.median is not None else None),
+                    _ms(p.itl_s.median, p.itl_s.count),
                     _f(p.prefill_tok_s.median),
                 ]
             )
@@ -349,9 +400,9 @@ def _prompt_section(record: RunRecord, charts: dict[str, Path]) -> Section:
                 align_right=list(range(10)),
             )
         )
-        note = _unmeasurable_note(pts)
-        if note is not None:
-            sec.blocks.append(note)
+        for note in (_unmeasurable_note(pts), _dash_note(pts)):
+            if note is not None:
+                sec.blocks.append(note)
     for key, alt in (("decode_vs_prompt", "Decode tok/s vs prompt length, with the roofline ceiling"),
                      ("ttft_vs_prompt", "TTFT vs prompt length (log axis)"),
                      ("prefill_vs_prompt", "Prefill tok/s (prompt tokens / TTFT) vs prompt length")):
@@ -542,8 +593,11 @@ def _skipped(record: RunRecord) -> Section | None:
 
 
 def _history(
-    record: RunRecord, history: list[RunRecord], comparison: RegressionReport | None, charts: dict[str, Path]
+    record: RunRecord, history: list[RunRecord], comparison: RegressionReport | None, charts: dict[str, Path],
+    ui_url: str = "",
 ) -> Section:
+    """The latest runs of this model and host; with the Prefect UI's URL (``ui_url``) each run id that
+    has a Prefect flow run links to it (``roost.notify.slack.prefect_run_url``, as the Slack message)."""
     sec = Section(title="History")
     runs = [r for r in history if r.meta.run_id != record.meta.run_id] + [record]
     runs.sort(key=lambda r: r.meta.started_at)
@@ -552,9 +606,11 @@ def _history(
     rows = []
     for r in runs[-15:]:
         h = headline(r)
+        run_url = prefect_run_url(r.meta, ui_url)
         rows.append(
             [
-                code(r.meta.run_id) + (" (this run)" if r.meta.run_id == record.meta.run_id else ""),
+                (f"[{code(r.meta.run_id)}]({run_url})" if run_url else code(r.meta.run_id))
+                + (" (this run)" if r.meta.run_id == record.meta.run_id else ""),
                 r.meta.started_at.strftime("%Y-%m-%d %H:%M"),
                 r.status + ("" if r.status == "completed" else f" at {r.failed_stage}"),
                 "yes" if key_of(r.meta, cfg) == key else "no",
@@ -589,8 +645,9 @@ def build_document(
     history: list[RunRecord],
     comparison: RegressionReport | None,
     charts: dict[str, Path],
+    ui_url: str = "",
 ) -> Document:
-    """The whole report for one run."""
+    """The whole report for one run (``ui_url``: the Prefect UI, for links to earlier runs)."""
     m = record.meta
     facts = [
         ("Status", record.status + (f" (failed at {record.failed_stage})" if record.status != "completed" else "")),
@@ -600,7 +657,7 @@ def build_document(
         ("Run", f"{code(m.run_id)}, started {m.started_at.strftime('%Y-%m-%d %H:%M:%S %Z')}"),
     ]
     if m.image or m.image_digest:
-        facts.append(("Image", f"{code(m.image)} {code(m.image_digest[:19]) if m.image_digest else ''}".strip()))
+        facts.append(("Image", " ".join(code(part) for part in (m.image, m.image_digest[:19]) if part)))
     if m.vllm_version:
         facts.append(("vLLM", code(m.vllm_version)))
     if m.xgrammar_version:
@@ -631,7 +688,7 @@ def build_document(
     skipped = _skipped(record)
     if skipped is not None:
         sections.append(skipped)
-    sections.append(_history(record, history, comparison, charts))
+    sections.append(_history(record, history, comparison, charts, ui_url))
     title = f"roost report: {m.profile} on {m.host}"
     return Document(title=title, facts=facts, sections=sections)
 

@@ -17,6 +17,14 @@ from roost.store import atomic_write_text
 KEY_CHART_ORDER = ("decode_vs_prompt", "throughput_vs_concurrency", "ttft_vs_prompt", "timeline")
 """The chart sent to Slack: the first of these the run produced."""
 
+HEADLINE_CHART_COUNT = 2
+"""How many charts a report artifact shows inline when the report files are not served."""
+
+
+def headline_charts(charts: dict[str, Path], count: int = HEADLINE_CHART_COUNT) -> list[str]:
+    """The names of the run's headline charts: the first ``count`` of ``KEY_CHART_ORDER`` it produced."""
+    return [k for k in KEY_CHART_ORDER if k in charts][:count]
+
 
 class ReportFiles(BaseModel):
     """What ``write_report`` wrote."""
@@ -49,12 +57,14 @@ def write_report(
     history: list[RunRecord],
     comparison: RegressionReport | None,
     out_dir: Path,
+    ui_url: str = "",
 ) -> ReportFiles:
-    """Render the report of ``record`` (with ``history``: earlier runs of the same model and host)."""
+    """Render the report of ``record`` (with ``history``: earlier runs of the same model and host;
+    ``ui_url``: the Prefect UI, so history rows link to their flow runs)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     charts = render_charts(record, history, comparison, out_dir / "charts")
-    doc = build_document(record, history, comparison, charts)
+    doc = build_document(record, history, comparison, charts, ui_url=ui_url)
     md = atomic_write_text(out_dir / "report.md", render_markdown(doc, out_dir), overwrite=True)
     page = atomic_write_text(out_dir / "report.html", render_html(doc), overwrite=True)
     key = next((charts[k] for k in KEY_CHART_ORDER if k in charts), None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from roost.hosts import HostProfile
 from roost.serve.base import Backend
-from roost.serve.docker.backend import DockerBackend
 from roost.serve.process import ProcessBackend
 
 
@@ -12,4 +11,7 @@ def backend_for(host: HostProfile) -> Backend:
     """The ``process`` or ``docker`` backend of ``host``."""
     if host.backend == "process":
         return ProcessBackend(host)
+    # the Docker SDK (~0.3 s to import) only for hosts that serve in containers
+    from roost.serve.docker.backend import DockerBackend
+
     return DockerBackend(host, xgrammar_version=host.xgrammar_version)

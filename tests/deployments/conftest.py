@@ -1,11 +1,14 @@
 """Fixtures for the deployment tests: workers started on demand (stopped at module end), ``roost
-setup`` applied twice per session, and the test-only hold deployments. Helpers: ``roost_workers``."""
+setup`` applied twice per session, crash alerts turned on towards a local Slack receiver, and the
+test-only hold deployments. Helpers: ``roost_workers``."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +16,12 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.exceptions import ObjectNotFound
 from roost_workers import BIN, HOLD_ENTRYPOINT, POOL, REPO, Worker, run_setup, worker_online
+from support.legacy_blocks import delete_document
+from support.slack import HOOK_SECRET, TOKEN, bot
+from support.slack_receiver import SlackReceiver
 
 from blocks.resolve import all_profiles, load_host
+from blocks.slack import SLACK_BLOCK
 from deployments.deploy import apply_deployment, build_deployment
 
 
@@ -63,6 +70,42 @@ def _forget_roost_block_types() -> None:
                 assert doc.id is not None
                 client.delete_block_document(doc.id)
             client.delete_block_type(block_type.id)
+
+
+@dataclass
+class CrashAlerts:
+    """The local Slack receiver crash alerts go to, and the report of the ``roost setup`` that turned them on."""
+
+    receiver: SlackReceiver
+    report: dict[str, Any]
+
+    def text_mentioning(self, needle: str, timeout_s: float = 90) -> str:
+        """The text of the first ``chat.postMessage`` (to C0ROOSTALERTS, with the bot token) mentioning ``needle``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for call in self.receiver.calls("chat.postMessage"):
+                body = call.json()
+                if needle in str(body.get("text", "")):
+                    assert body["channel"] == "C0ROOSTALERTS"
+                    assert call.headers.get("Authorization") == f"Bearer {TOKEN}"
+                    return str(body["text"])
+            time.sleep(1)
+        raise AssertionError(f"no Slack message mentioning {needle} within {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def crash_alerts(roost_setup: Any) -> Iterator[CrashAlerts]:
+    """Slack settings (the ``roost-slack`` block: a bot token and channel C0ROOSTALERTS) pointing at a
+    local receiver, then ``roost setup``: crash alerts are on. Afterwards the block is deleted and
+    ``roost setup`` run again, which turns the alerts off."""
+    receiver = SlackReceiver(token=TOKEN, webhook_secret=HOOK_SECRET)
+    try:
+        bot(receiver).save(SLACK_BLOCK, overwrite=True)
+        yield CrashAlerts(receiver, run_setup())
+    finally:
+        delete_document("roost-slack-notifier", SLACK_BLOCK)
+        run_setup()
+        receiver.close()
 
 
 @pytest.fixture(scope="session")

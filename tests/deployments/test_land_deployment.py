@@ -6,7 +6,8 @@ asserted comes back through the API (states, logs, artifacts) or from roost's ow
 
 1. The worker running ``land/cpu`` is killed (with the flow-run process; vLLM, in its own
    session, survives like it would when a worker crashes): the run is marked Crashed (heartbeats
-   stop; the automation ``roost setup`` created fires), the orphan vLLM keeps running.
+   stop; the automation ``roost setup`` created fires), the orphan vLLM keeps running, and the
+   server sends the crash alert to Slack (a local receiver): deployment, host, the stage it died in.
 2. The crashed run is retried (what the UI's Retry does) on a new worker: the serve stage stops
    the orphan first, the run completes, its artifacts are there, and the server is kept serving.
 3. ``rebenchmark/cpu`` benchmarks that kept server without starting another one.
@@ -36,6 +37,7 @@ from prefect.deployments import run_deployment
 from prefect.states import AwaitingRetry
 from pydantic import SecretStr
 from roost_workers import Worker, run_setup, wait_final
+from support.slack import assert_no_secret
 
 from blocks.profiles import ModelProfileBlock
 from roost.profiles import LOCAL
@@ -109,7 +111,8 @@ def _task_states(flow_run: Any) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def crashed_then_retried(quick_profile: str, start_worker: Callable[[str, str], Worker]) -> dict[str, Any]:
+def crashed_then_retried(quick_profile: str, start_worker: Callable[[str, str], Worker],
+                         crash_alerts: Any) -> dict[str, Any]:
     before = {s.pid for s in process_servers("cpu") if s.pid is not None}
     worker = start_worker("cpu", "worker-cpu-land")
     fr = _trigger("land/cpu", PARAMS)
@@ -117,6 +120,7 @@ def crashed_then_retried(quick_profile: str, start_worker: Callable[[str, str], 
     killed = worker.kill_hard(spare_pgids={orphan.pid or -1})
     crashed = wait_final(fr.id, 300)
     orphan_alive_after_crash = orphan.pid is not None and _group_alive(orphan.pid)
+    alert = crash_alerts.text_mentioning(str(fr.id))  # before the retry relabels the run
 
     start_worker("cpu", "worker-cpu-land-2")
     with get_client(sync_client=True) as client:
@@ -124,7 +128,7 @@ def crashed_then_retried(quick_profile: str, start_worker: Callable[[str, str], 
     assert result.status.value == "ACCEPT", result
     done = wait_final(fr.id, 1500)
     return {"flow_run": done, "crashed": crashed, "orphan": orphan, "killed": killed,
-            "orphan_alive_after_crash": orphan_alive_after_crash}
+            "orphan_alive_after_crash": orphan_alive_after_crash, "alert": alert}
 
 
 def test_killed_worker_marks_the_run_crashed(crashed_then_retried: dict[str, Any]) -> None:
@@ -135,6 +139,20 @@ def test_killed_worker_marks_the_run_crashed(crashed_then_retried: dict[str, Any
     assert crashed_then_retried["orphan_alive_after_crash"]  # what a dead worker leaves behind
 
 
+def test_crashed_run_is_alerted_on_slack(crashed_then_retried: dict[str, Any]) -> None:
+    """The run's own process (which sends roost's Slack messages) is dead: the server tells Slack."""
+    crashed, text = crashed_then_retried["crashed"], crashed_then_retried["alert"]
+    lines = text.splitlines()
+    assert lines[0] == f"*roost: run {crashed.name} crashed*", text
+    # killed once vLLM's process exists: in the serve stage, or just after it, waiting for health
+    assert {"last stage: serve", "last stage: health-wait"} & set(lines), text
+    for line in ("deployment: land/cpu", "host: cpu",
+                 "state: Crashed: roost: no heartbeat from this run's worker; marked crashed",
+                 f"run: {crashed.name} http://127.0.0.1:4200/runs/flow-run/{crashed.id}"):
+        assert line in lines, (line, text)
+    assert_no_secret(text)
+
+
 def test_retry_cleans_up_and_completes_with_artifacts(crashed_then_retried: dict[str, Any]) -> None:
     fr, orphan = crashed_then_retried["flow_run"], crashed_then_retried["orphan"]
     assert fr.state.is_completed(), fr.state
@@ -142,7 +160,8 @@ def test_retry_cleans_up_and_completes_with_artifacts(crashed_then_retried: dict
     assert orphan.pid is not None and not _group_alive(orphan.pid)
     assert f"stopped 1 vLLM server(s) a crashed earlier run left on host cpu (pids [{orphan.pid}])" in _logs(fr.id)
     keys = _artifact_keys(fr.id)
-    assert {f"roost-report-{QUICK}-cpu", f"roost-headline-{QUICK}-cpu", "roost-benchmark-points"} <= keys, keys
+    assert {f"roost-report-{QUICK}-cpu", f"roost-headline-{QUICK}-cpu",
+            f"roost-benchmark-points-{QUICK}-cpu"} <= keys, keys
     states = _task_states(fr)
     for name in ("download", "audit", "plan", "serve", "health-wait", "benchmark", "report"):
         assert states.get(name) == "COMPLETED", (name, states)
@@ -168,7 +187,7 @@ def test_rebenchmark_measures_the_kept_server(crashed_then_retried: dict[str, An
     stages = {s.stage: s.status for s in rec.stages}  # stored by the report stage, so up to the benchmark
     assert (stages["serve"], stages["benchmark"]) == ("skipped", "completed")
     assert rec.points and all(p.errors == 0 for p in rec.points)
-    assert "roost-benchmark-points" in _artifact_keys(fr.id)
+    assert f"roost-benchmark-points-{QUICK}-cpu" in _artifact_keys(fr.id)
 
 
 def test_rebenchmark_lands_first_when_nothing_serves(crashed_then_retried: dict[str, Any],
@@ -180,7 +199,8 @@ def test_rebenchmark_lands_first_when_nothing_serves(crashed_then_retried: dict[
     with get_client(sync_client=True) as client:
         children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
             parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[fr.id])))
-    (land_run,) = [c for c in children if c.name.startswith("land-")]
+    assert fr.name.startswith(f"rebenchmark · {QUICK} · cpu"), fr.name
+    (land_run,) = [c for c in children if c.name.startswith(f"land · {QUICK} · cpu · ")]
     assert land_run.state is not None and land_run.state.is_completed()
     assert land_run.parameters["keep_serving"] is True
     assert len(process_servers("cpu")) == 1  # landed and kept serving for the next night

@@ -1,16 +1,23 @@
-"""``roost setup`` against a real Prefect server: what it creates, that a second run changes
-nothing (statuses and the server's own ``updated`` stamps), the nightly schedule's next runs, and
-the migration of host documents an earlier release saved as ``spark-host``."""
+"""``roost setup`` against a real Prefect server (the ``slow`` tests): what it creates, that a second
+run changes nothing (statuses and the server's own ``updated`` stamps), the nightly schedule's next
+runs, the migration of host documents an earlier release saved as ``spark-host``, the hosts a
+CPU-only box gets, and crash alerts (made from the Slack settings, sent by the server). Without a
+server: which hosts are set up, the notification block and the crash-alert automation roost builds."""
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 import subprocess
 import time
+import uuid
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import BlockDocumentCreate
 from prefect.client.schemas.filters import (
@@ -23,15 +30,21 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.deployments import run_deployment
+from prefect.events.actions import SendNotification
+from prefect.events.schemas.automations import EventTrigger, Posture
+from prefect.events.schemas.events import ResourceSpecification
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
-from roost_workers import BIN, POOL, REPO, run_setup
+from prefect.states import Crashed, Scheduled
+from pydantic import SecretStr
+from roost_workers import BIN, POOL, REPO, ZOMBIE_AFTER_S, run_setup
 from support.legacy_blocks import LegacySparkHost, delete_document
+from support.slack import HOOK_SECRET, TOKEN, assert_no_secret, bot, hook
 
 from blocks.hosts import HostBlock
 from blocks.resolve import known_host_names, load_host
+from blocks.slack import SLACK_BLOCK, SlackNotifier
+from deployments.setup import alert_body, crash_alert_automation, select_hosts, skipped_builtin_hosts
 from roost.hosts import CPU, SPARK
-
-pytestmark = pytest.mark.slow
 
 KINDS = {"block-type", "block", "secret", "work-pool", "work-queue", "concurrency-limit", "automation", "deployment"}
 
@@ -45,6 +58,7 @@ def _by_name(report: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(i["kind"], i["name"]): i for i in report["items"]}
 
 
+@pytest.mark.slow
 def test_first_run_creates_everything(roost_setup: tuple[dict[str, Any], dict[str, Any]]) -> None:
     first, _ = roost_setup
     items = _by_name(first)
@@ -60,16 +74,28 @@ def test_first_run_creates_everything(roost_setup: tuple[dict[str, Any], dict[st
     deployments = sorted(n for k, n in items if k == "deployment")
     assert deployments == sorted(f"{f}/{h}" for f in ("land", "rebenchmark", "audit") for h in ("spark", "cpu"))
     assert first["changed"] == len([i for i in first["items"] if i["status"] in ("created", "updated")]) > 0
+    # named hosts only: cpu-docker has no block and is not named, so nothing is made for it
+    assert first["hosts"] == ["spark", "cpu"] and list(first["skipped_hosts"]) == ["cpu-docker"]
+    assert not any("cpu-docker" in name for _, name in items)
+    # no Slack settings: no notification block, and the report says how to turn crash alerts on
+    off = items[("automation", "roost-crashed-run-alert")]
+    assert off["status"] == "skipped" and off["detail"] == first["crash_alerts"]
+    assert first["crash_alerts"].startswith("crash alerts off: no Slack settings; to turn them on, save a Roost "
+                                            "Slack Notifier block named roost-slack ")
+    assert not any(k == "block" and n.startswith("custom-webhook/") for k, n in items)
     # the legacy host type is only read (for the migration), never registered on a server without it
     assert not any("spark-host" in name for _, name in items)
     with get_client(sync_client=True) as client, pytest.raises(ObjectNotFound):
         client.read_block_type_by_slug("spark-host")
 
 
+@pytest.mark.slow
 def test_second_run_changes_nothing(roost_setup: tuple[dict[str, Any], dict[str, Any]]) -> None:
     _, second = roost_setup
     assert second["changed"] == 0
-    assert {i["status"] for i in second["items"]} == {"unchanged"}
+    # skipped: the crash alerts (no Slack settings)
+    assert [i for i in second["items"] if i["status"] not in ("unchanged", "skipped")] == []
+    assert _by_name(second)[("automation", "roost-crashed-run-alert")]["status"] == "skipped"
 
 
 def _server_stamps() -> dict[str, Any]:
@@ -95,6 +121,7 @@ def _server_stamps() -> dict[str, Any]:
     return stamps
 
 
+@pytest.mark.slow
 def test_third_run_leaves_the_server_untouched(roost_setup: Any) -> None:
     before = _server_stamps()
     report = run_setup()
@@ -102,6 +129,7 @@ def test_third_run_leaves_the_server_untouched(roost_setup: Any) -> None:
     assert _server_stamps() == before
 
 
+@pytest.mark.slow
 def test_server_objects(roost_setup: Any) -> None:
     with get_client(sync_client=True) as client:
         pool = client.read_work_pool(POOL)
@@ -136,6 +164,7 @@ def _refusal(parameters: dict[str, Any]) -> str:
     return detail
 
 
+@pytest.mark.slow
 def test_a_run_for_another_host_is_refused(roost_setup: Any) -> None:
     """The host is fixed per deployment, so a run can never land on a machine its queue does not serve;
     the profile is one of the known ones. The server refuses both before a flow run exists."""
@@ -146,6 +175,7 @@ def test_a_run_for_another_host_is_refused(roost_setup: Any) -> None:
         "Failure reason: 'no-such-profile' is not one of ['local', ")
 
 
+@pytest.mark.slow
 def test_nightly_schedule_next_runs_visible(roost_setup: Any) -> None:
     """The scheduler puts the next rebenchmark runs on the calendar at 03:00 UTC, one a day."""
     with get_client(sync_client=True) as client:
@@ -171,6 +201,7 @@ def test_nightly_schedule_next_runs_visible(roost_setup: Any) -> None:
     assert all(r.parameters.get("host") == "cpu" for r in runs)
 
 
+@pytest.mark.slow
 def test_edited_block_is_kept_unless_reset(roost_setup: Any) -> None:
     edited = _saved(HostBlock, "spark")
     edited.bandwidth_gb_s = 250.0
@@ -191,6 +222,7 @@ def _setup_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
                           cwd=REPO, env=env)
 
 
+@pytest.mark.slow
 def test_unknown_host_changes_nothing(roost_setup: Any) -> None:
     before = _server_stamps()
     out = _setup_cli("--hosts", "spark,no-such-host")
@@ -224,6 +256,7 @@ def legacy_hosts(roost_setup: Any) -> Any:
     assert load_host("spark") == SPARK
 
 
+@pytest.mark.slow
 def test_spark_host_documents_are_read_then_migrated_once(legacy_hosts: Any) -> None:
     # before the migration (a worker updated before roost setup ran): the legacy documents are read
     assert load_host("spark").bandwidth_gb_s == 250.0 and load_host("old-box") == OLD_BOX
@@ -236,7 +269,10 @@ def test_spark_host_documents_are_read_then_migrated_once(legacy_hosts: Any) -> 
         "updated")
     assert (items[("block", "roost-host/old-box")]["status"], items[("block", "roost-host/old-box")]["detail"]) == (
         "migrated", "from spark-host/old-box; spark-host/old-box stays for workers not yet updated")
-    assert first["changed"] == 2  # the two migrations, nothing else
+    # the two migrations; old-box, now a saved host, gets its queue, limit and deployments
+    assert sorted(i["name"] for i in first["items"] if i["status"] in ("created", "updated", "migrated")) == sorted([
+        "roost-host/spark", "roost-host/old-box", f"{POOL}/old-box", "roost-serve-old-box", "land/old-box",
+        "rebenchmark/old-box", "audit/old-box"])
     # the user's values are now roost-host documents, which roost reads; the legacy ones are left as they were
     assert _saved(HostBlock, "spark").to_profile() == SPARK.model_copy(update={"bandwidth_gb_s": 250.0})
     assert _saved(HostBlock, "old-box").to_profile() == OLD_BOX
@@ -254,6 +290,7 @@ def test_spark_host_documents_are_read_then_migrated_once(legacy_hosts: Any) -> 
         "unchanged", f"spark-host/old-box {legacy_copy}")
 
 
+@pytest.mark.slow
 def test_legacy_document_edited_after_the_migration_is_pointed_out(legacy_hosts: Any) -> None:
     run_setup()
     LegacySparkHost.from_profile(OLD_BOX.model_copy(update={"bandwidth_gb_s": 44.0})).save("old-box", overwrite=True)
@@ -264,6 +301,7 @@ def test_legacy_document_edited_after_the_migration_is_pointed_out(legacy_hosts:
     assert load_host("old-box") == OLD_BOX  # the roost-host document, not the later legacy edit
 
 
+@pytest.mark.slow
 def test_invalid_legacy_document_is_not_migrated(legacy_hosts: Any) -> None:
     """A legacy document that no longer validates stays as it is, reported with the reason, run after run."""
     with get_client(sync_client=True) as client:
@@ -282,7 +320,174 @@ def test_invalid_legacy_document_is_not_migrated(legacy_hosts: Any) -> None:
         client.read_block_document_by_name(name="old-broken", block_type_slug="roost-host")
 
 
+@pytest.mark.slow
 def test_reset_blocks_saves_the_builtin_instead_of_migrating(legacy_hosts: Any) -> None:
     item = _by_name(run_setup("--reset-blocks"))[("block", "roost-host/spark")]
     assert (item["status"], item["detail"]) == ("created", "spark-host/spark not migrated (--reset-blocks)")
     assert load_host("spark") == SPARK
+
+
+# --- hosts a box gets --------------------------------------------------------------------------------
+
+
+def test_hosts_are_the_named_the_saved_and_the_local_ones() -> None:
+    assert select_hosts([], []) == ["cpu"]  # a fresh CPU-only box: no spark
+    assert select_hosts(["spark"], []) == ["spark", "cpu"]
+    assert select_hosts([], ["spark", "spark-2"]) == ["spark", "spark-2", "cpu"]  # a spark block exists
+    assert select_hosts(["spark-2", "cpu"], ["spark", "spark-2"]) == ["spark-2", "cpu", "spark"]
+    skipped = skipped_builtin_hosts(["cpu"])
+    assert list(skipped) == ["spark", "cpu-docker"]
+    assert skipped["spark"] == ("no roost-host block saved and not named: once its worker can run, "
+                                "`roost setup --hosts spark`")
+    assert skipped_builtin_hosts(["spark", "cpu", "cpu-docker", "spark-2"]) == {}
+
+
+@pytest.mark.slow
+def test_a_cpu_only_box_gets_no_spark(roost_setup: Any) -> None:
+    """Without --hosts and without a spark block, setup touches nothing of spark and says how to add it."""
+    assert delete_document("roost-host", "spark")
+    try:
+        out = _setup_cli("--pool", POOL, "--zombie-after", str(ZOMBIE_AFTER_S))
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert "hosts set up: cpu" in lines
+        assert ("host skipped: spark: no roost-host block saved and not named: once its worker can run, "
+                "`roost setup --hosts spark`") in lines
+        spark_objects = {"roost-host/spark", f"{POOL}/spark", "roost-serve-spark", "land/spark", "rebenchmark/spark",
+                         "audit/spark"}
+        assert not [ln for ln in lines if spark_objects & set(ln.split())]
+        assert any(ln.startswith("crash alerts off: no Slack settings; to turn them on, ") for ln in lines)
+        with pytest.raises(ValueError, match="Unable to find block document named spark"):
+            _saved(HostBlock, "spark")
+    finally:
+        run_setup()  # named again: the spark block is back
+    assert load_host("spark") == SPARK
+
+
+# --- crash alerts ------------------------------------------------------------------------------------
+
+
+def test_bot_token_becomes_a_webhook_block_with_the_token_secret() -> None:
+    notifier = SlackNotifier(bot_token=SecretStr(TOKEN), channel="C0ROOSTALERTS",  # type: ignore[arg-type]
+                             base_url="http://127.0.0.1:9/api")
+    block = notifier.prefect_notification_block()
+    assert isinstance(block, CustomWebhookNotificationBlock)
+    plain = block.model_dump(mode="json")  # what the UI shows: the token only as a masked secret
+    assert TOKEN not in json.dumps(plain)
+    assert plain["headers"] == {"Authorization": "Bearer {{token}}", "Content-Type": "application/json; charset=utf-8"}
+    assert plain["json_data"] == {"channel": "C0ROOSTALERTS", "text": "*{{subject}}*\n{{body}}"}
+    request = block.model_copy(deep=True)._build_request_args(body="the body", subject="the subject")
+    assert (request["method"], request["url"]) == ("POST", "http://127.0.0.1:9/api/chat.postMessage")
+    assert request["headers"]["Authorization"] == f"Bearer {TOKEN}"
+    assert request["json"] == {"channel": "C0ROOSTALERTS", "text": "*the subject*\nthe body"}
+
+
+def test_webhook_url_becomes_a_webhook_block_with_the_url_secret() -> None:
+    url = f"https://hooks.slack.com/services/T0/B0/{HOOK_SECRET}"
+    block = SlackNotifier(webhook_url=SecretStr(url)).prefect_notification_block()  # type: ignore[arg-type]
+    assert HOOK_SECRET not in json.dumps(block.model_dump(mode="json"))
+    request = block.model_copy(deep=True)._build_request_args(body="b", subject="s")
+    assert (request["url"], request["json"], request["headers"]) == (url, {"text": "*s*\nb"}, None)
+
+
+def test_crash_alert_automation_fires_on_crashed_roost_runs() -> None:
+    block_id = uuid.uuid4()
+    auto = crash_alert_automation(block_id, "http://ui.example:4200/")
+    trigger = auto.trigger
+    assert isinstance(trigger, EventTrigger)
+    assert trigger.expect == {"prefect.flow-run.Crashed"} and trigger.posture == Posture.Reactive
+    assert trigger.match_related == ResourceSpecification(
+        {"prefect.resource.role": "tag", "prefect.resource.id": "prefect.tag.roost"})
+    (action,) = auto.actions
+    assert isinstance(action, SendNotification) and action.block_document_id == block_id
+    assert action.subject == "roost: run {{ flow_run.name }} crashed"
+
+
+def _render(template: str, context: dict[str, Any]) -> str:
+    """Render like the server does (a sandboxed Jinja environment; the server's own is covered by
+    ``test_crash_alert_reaches_slack``)."""
+    return ImmutableSandboxedEnvironment().from_string(template).render(**context)
+
+
+def test_crash_alert_text_names_deployment_host_stage_and_link() -> None:
+    run_id = uuid.uuid4()
+    flow_run = SimpleNamespace(id=run_id, name="land-local", parameters={"host": "cpu"}, work_queue_name="cpu",
+                               labels={"roost.stage": "serve", "prefect.flow.id": "x"},
+                               state=SimpleNamespace(name="Crashed", message="roost: no heartbeat"))
+    context = {"flow_run": flow_run, "deployment": SimpleNamespace(name="cpu"), "flow": SimpleNamespace(name="land")}
+    assert _render(alert_body("http://ui.example:4200/"), context).splitlines()[:5] == [
+        "deployment: land/cpu", "host: cpu", "last stage: serve", "state: Crashed: roost: no heartbeat",
+        f"run: land-local http://ui.example:4200/runs/flow-run/{run_id}"]
+    # a run outside a deployment, before its first stage
+    flow_run.labels, flow_run.parameters = None, {}
+    text = _render(alert_body("http://ui.example:4200"), context | {"deployment": None})
+    assert text.splitlines()[:3] == ["deployment: none", "host: cpu", "last stage: none recorded"]
+
+
+def _item(report: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
+    return _by_name(report)[(kind, name)]
+
+
+@pytest.mark.slow
+def test_slack_settings_turn_crash_alerts_on(crash_alerts: Any) -> None:
+    receiver, report = crash_alerts.receiver, crash_alerts.report
+    where = f"Slack channel C0ROOSTALERTS via {receiver.api_url}chat.postMessage"
+    block = _item(report, "block", "custom-webhook/roost-crash-alerts")
+    auto = _item(report, "automation", "roost-crashed-run-alert")
+    assert (block["status"], block["detail"]) == ("created", where)
+    assert (auto["status"], auto["detail"]) == ("created", f"Crashed -> {where}")
+    assert report["crash_alerts"] == f"crash alerts on: {where}"
+    assert_no_secret(json.dumps(report))
+    with get_client(sync_client=True) as client:
+        doc = client.read_block_document_by_name(name="roost-crash-alerts", block_type_slug="custom-webhook",
+                                                 include_secrets=False)
+        assert TOKEN not in json.dumps(doc.model_dump(mode="json"))  # a secret field: masked when read back
+        (automation,) = client.read_automations_by_name("roost-crashed-run-alert")
+        (action,) = automation.actions
+        assert isinstance(action, SendNotification) and action.block_document_id == doc.id
+    again = run_setup()
+    assert again["changed"] == 0
+    assert _item(again, "block", "custom-webhook/roost-crash-alerts")["status"] == "unchanged"
+
+
+@pytest.mark.slow
+def test_crash_alert_reaches_slack(crash_alerts: Any) -> None:
+    """A land/cpu run set Crashed (as the zombie automation does): the server renders and sends the alert."""
+    with get_client(sync_client=True) as client:
+        dep = client.read_deployment_by_name("land/cpu")
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3)  # no worker picks it up meanwhile
+        fr = client.create_flow_run_from_deployment(dep.id, state=Scheduled(scheduled_time=later))
+        client.update_flow_run_labels(fr.id, {"roost.stage": "health-wait"})
+        client.set_flow_run_state(fr.id, Crashed(message="roost: test crash"), force=True)
+    text = crash_alerts.text_mentioning(str(fr.id))
+    assert text.startswith(f"*roost: run {fr.name} crashed*\n")
+    for line in ("deployment: land/cpu", "host: cpu", "last stage: health-wait", "state: Crashed: roost: test crash",
+                 f"run: {fr.name} http://127.0.0.1:4200/runs/flow-run/{fr.id}"):
+        assert line in text.splitlines(), (line, text)
+
+
+@pytest.mark.slow
+def test_changed_slack_settings_update_the_block_and_removed_ones_turn_alerts_off(
+        crash_alerts: Any) -> None:
+    receiver = crash_alerts.receiver
+    try:
+        SlackNotifier(bot_token=SecretStr(TOKEN), channel="C0OTHER", base_url=receiver.api_url,
+                      prefect_ui_url="http://127.0.0.1:4200").save(  # type: ignore[arg-type]
+            SLACK_BLOCK, overwrite=True)
+        changed = run_setup()
+        assert _item(changed, "block", "custom-webhook/roost-crash-alerts")["status"] == "updated"
+        assert _item(changed, "automation", "roost-crashed-run-alert")["status"] == "unchanged"  # same block id
+        hook(receiver.webhook_url).save(SLACK_BLOCK, overwrite=True)
+        webhook = run_setup()
+        item = _item(webhook, "block", "custom-webhook/roost-crash-alerts")
+        assert (item["status"], item["detail"]) == ("updated", "Slack incoming webhook")
+        assert_no_secret(json.dumps(webhook))
+        assert delete_document("roost-slack-notifier", SLACK_BLOCK)
+        off = run_setup()
+        assert {(i["kind"], i["name"], i["status"]) for i in off["items"] if i["status"] == "removed"} == {
+            ("automation", "roost-crashed-run-alert", "removed"), ("block", "custom-webhook/roost-crash-alerts", "removed")}
+        assert off["crash_alerts"].startswith("crash alerts off: no Slack settings")
+        assert _item(run_setup(), "automation", "roost-crashed-run-alert")["status"] == "skipped"
+    finally:
+        bot(receiver).save(SLACK_BLOCK, overwrite=True)
+        run_setup()

@@ -7,18 +7,23 @@ benchmarked over streaming chat completions, reported to files and to a real Pre
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.processes import vllm_processes
 from support.samples import check_decode
+from support.slack import HOOK_SECRET, TOKEN, assert_no_secret, bot
+from support.slack_receiver import SlackReceiver
 
 from roost.catalogue import fmt_value
 
@@ -27,17 +32,62 @@ pytestmark = pytest.mark.slow
 ROOST = str(Path(sys.executable).parent / "roost")
 
 
-def _run_roost(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ROOST, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+def _run_roost(*args: str, timeout: int = 1200, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ROOST, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ) | (env or {}))
 
 
 @pytest.fixture(scope="module")
-def first_run(prefect_api: str) -> dict[str, Any]:
-    res = _run_roost("run", "--json", "--no-notify")
+def results_url() -> Iterator[str]:
+    """``roost results serve`` on loopback over the session's reports: the first run's ROOST_RESULTS_URL."""
+    from support.browser import results_server
+
+    with results_server(Path(os.environ["ROOST_RESULTS_DIR"]) / "reports") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's own VLLM_CACHE_ROOT: the second run finds the first run's compiled entry there."""
+    return tmp_path_factory.mktemp("vllm-cache")
+
+
+@pytest.fixture(scope="module")
+def slack(prefect_api: str) -> Iterator[SlackReceiver]:
+    """The local Slack receiver (it enforces Block Kit's limits) and a SlackNotifier block saved under
+    the name the notify stage loads, posting every run there; removed after this module."""
+    from blocks.slack import SlackNotifier
+    from tasks.notify import DEFAULT_BLOCK
+
+    receiver = SlackReceiver(token=TOKEN, webhook_secret=HOOK_SECRET)
+    bot(receiver, notify_on=["every_run", "regression", "failure"]).save(DEFAULT_BLOCK, overwrite=True)
+    try:
+        yield receiver
+    finally:
+        SlackNotifier.delete(DEFAULT_BLOCK)
+        receiver.close()
+
+
+@pytest.fixture(scope="module")
+def first_run(prefect_api: str, results_url: str, vllm_cache: Path, slack: SlackReceiver) -> dict[str, Any]:
+    """`roost run` as the README runs it, notifying: Slack is configured by a saved notifier block."""
+    res = _run_roost("run", "--json", env={"ROOST_RESULTS_URL": results_url, "VLLM_CACHE_ROOT": str(vllm_cache)})
     assert res.returncode == 0, res.stderr[-4000:]
     start = res.stdout.index("{")
     record: dict[str, Any] = json.loads(res.stdout[start:])
     return record
+
+
+def test_the_run_is_sent_to_slack_through_the_saved_notifier_block(first_run: dict[str, Any],
+                                                                     slack: SlackReceiver) -> None:
+    """The flow's own Slack message, through slack-sdk to the receiver, which refuses blocks Slack would."""
+    posts = [c for c in slack.calls("chat.postMessage") if first_run["meta"]["run_id"] in json.dumps(c.json())]
+    assert len(posts) == 1, [c.json() for c in slack.calls("chat.postMessage")]
+    body = posts[0].json()
+    assert body["channel"] == "C0ROOSTALERTS" and body["blocks"]
+    text = json.dumps(body)
+    assert "local" in text and "baseline" in text  # the profile, and what the verdict rests on
+    assert_no_secret(text, *(c.body.decode(errors="replace") for c in slack.calls("chat.postMessage")))
 
 
 def test_measures_real_ttft_and_decode(first_run: dict[str, Any]) -> None:
@@ -129,12 +179,62 @@ def test_artifacts_are_in_the_prefect_api(first_run: dict[str, Any]) -> None:
     assert any(a.key and a.key.startswith("roost-report") for a in found)
 
 
+def test_the_report_opens_from_the_prefect_ui_in_a_browser(
+    first_run: dict[str, Any], results_url: str, prefect_api: str, tmp_path: Path
+) -> None:
+    """Headless Chromium on the UI's page of the flow run: the report artifact is the flow run's, its
+    charts load from `roost results serve`, and its full-report link opens report.html over http."""
+    from support.browser import check_report_artifact, chromium, prefect_ui
+
+    with prefect_ui(prefect_api, tmp_path / "ui") as ui, chromium(tmp_path / "chromium-profile") as browser:
+        check_report_artifact(browser, ui, first_run["meta"]["prefect_flow_run_id"], results_url, tmp_path)
+
+
 def test_no_server_left_running(first_run: dict[str, Any]) -> None:
     assert vllm_processes() == []
 
 
-def test_second_run_reuses_cached_stages(first_run: dict[str, Any]) -> None:
-    res = _run_roost("run", "--json", "--no-notify")
+def _leave_half_written(entry: Path) -> None:
+    """A compiled entry as a server killed mid-compile leaves it (what CI met: every later start of that
+    configuration loaded a 0-byte ``.main.so`` and died "Engine core initialization failed"): no AOT
+    artifact, no AOT-autograd entries, 0-byte kernel libraries."""
+    for artifact in entry.glob("rank_*/model"):
+        artifact.unlink()
+    shutil.rmtree(entry / "inductor_cache" / "aotautograd", ignore_errors=True)
+    for lib in entry.rglob("*.main.so"):
+        lib.unlink()
+        lib.write_bytes(b"")
+
+
+def _flow_run(flow_run_id: str) -> Any:
+    from prefect.client.orchestration import get_client
+
+    async def read() -> Any:
+        async with get_client() as client:
+            return await client.read_flow_run(flow_run_id)
+
+    return asyncio.run(read())
+
+
+def test_the_first_run_is_named_and_tagged_as_the_baseline(first_run: dict[str, Any]) -> None:
+    meta = first_run["meta"]
+    fr = _flow_run(meta["prefect_flow_run_id"])
+    assert fr.name == f"land · local · {meta['host']} · {meta['commit'][:7]}", fr.name
+    assert "verdict:baseline" in fr.tags and fr.state.is_completed(), (fr.tags, fr.state)
+
+
+def test_second_run_reuses_cached_stages_and_repairs_a_half_written_compile_cache(
+    first_run: dict[str, Any], vllm_cache: Path, slack: SlackReceiver
+) -> None:
+    """The same landing again, on the compile cache the first run left, broken as a kill mid-compile
+    leaves it: download and audit come from the cache; the cold load names the broken entry
+    ``compile_cache_corrupt``, removes it, and its second attempt compiles afresh. With one earlier
+    run there is no verdict yet: "insufficient baseline", in the run's state, tags and Slack message."""
+    (entry,) = (vllm_cache / "torch_compile_cache" / "torch_aot_compile").iterdir()
+    assert list(entry.rglob("*.main.so")), f"the first run compiled no kernel library into {entry}"
+    _leave_half_written(entry)
+
+    res = _run_roost("run", "--json", env={"VLLM_CACHE_ROOT": str(vllm_cache)})
     assert res.returncode == 0, res.stderr[-4000:]
     record = json.loads(res.stdout[res.stdout.index("{"):])
     stages = {s["stage"]: s for s in record["stages"]}
@@ -142,7 +242,17 @@ def test_second_run_reuses_cached_stages(first_run: dict[str, Any]) -> None:
     assert stages["audit"]["cached"] is True
     assert record["meta"]["commit"] == first_run["meta"]["commit"]
     assert "cached" in res.stdout + res.stderr
+    first, second = record["serve"]["attempts"]
+    assert (first["failure_class"], first["action"]) == ("compile_cache_corrupt", "clear the compile cache"), first
+    assert first["evidence"].endswith(".main.so: file too short"), first["evidence"]
+    assert second["ok"], second
+    assert list(entry.glob("rank_*/model")) and all(lib.stat().st_size > 0 for lib in entry.rglob("*.main.so"))
     assert vllm_processes() == []
+
+    fr = _flow_run(record["meta"]["prefect_flow_run_id"])
+    assert "verdict:insufficient" in fr.tags and "insufficient baseline" in (fr.state.message or ""), (fr.tags, fr.state)
+    post = next(c.json() for c in slack.calls("chat.postMessage") if record["meta"]["run_id"] in json.dumps(c.json()))
+    assert "insufficient baseline" in json.dumps(post)
 
 
 def test_unknown_profile_is_one_line_exit_2() -> None:

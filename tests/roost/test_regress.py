@@ -1,23 +1,26 @@
-"""Regression detection with fixed histories: baseline = median of the last N comparable runs,
-threshold = max(rel floor, k x MAD, the metric's absolute floor)."""
+"""Regression detection with fixed histories: baseline = median of the last N comparable runs (at least
+``min_runs``), threshold = max(rel floor, k x pooled noise, the metric's absolute floor)."""
 
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
-from support.samples import dist
+from support.samples import dist, spark_record
+from support.samples import history as spark_history
 
 from roost.catalogue import Direction, Metric
-from roost.records import BenchPoint, RunMeta, RunRecord, ServeObservation
-from roost.regress import RegressConfig, comparable_history, compare, judge, mad
+from roost.notify import message_kind
+from roost.records import BenchPoint, Distribution, RunMeta, RunRecord, ServeObservation
+from roost.regress import RegressConfig, comparable_history, compare, judge, mad, pooled_sd, within_sd
 
 DECODE = "decode_tok_s@prompt=2048"
 TTFT = "ttft_s@prompt=2048"
 AGG = "output_tok_s@concurrency=16"
 
 
-def run(i: int, decode: float = 12.6, ttft: float = 0.54, agg: float = 141.5, errors: int = 0,
+def run(i: int, decode: float | Distribution = 12.6, ttft: float | Distribution = 0.54, agg: float = 141.5, errors: int = 0,
         commit: str = "abc123", args: tuple[str, ...] = ("--max-num-seqs", "20"), host: str = "spark",
         status: str = "completed", cold: float = 108.0) -> RunRecord:
     meta = RunMeta(run_id=f"run-{i:02d}", started_at=dt.datetime(2026, 3, 1, tzinfo=dt.UTC) + dt.timedelta(days=i),
@@ -26,7 +29,8 @@ def run(i: int, decode: float = 12.6, ttft: float = 0.54, agg: float = 141.5, er
                    image_digest="sha256:feed", vllm_args=list(args))
     points = [
         BenchPoint(kind="prompt_length", prompt_tokens=2048, output_tokens=256, concurrency=1, requests=3,
-                   errors=errors, decode_tok_s=dist(decode), ttft_s=dist(ttft)),
+                   errors=errors, decode_tok_s=decode if isinstance(decode, Distribution) else dist(decode),
+                   ttft_s=ttft if isinstance(ttft, Distribution) else dist(ttft)),
         BenchPoint(kind="concurrency", prompt_tokens=2048, output_tokens=512, concurrency=16, requests=32,
                    output_tok_s=dist(agg)),
     ]
@@ -70,17 +74,18 @@ def test_a_drop_beyond_the_relative_floor_is_a_regression() -> None:
     assert c.change == pytest.approx(-1.6) and c.change_pct == pytest.approx(-12.698, abs=1e-3)
     assert c.threshold == pytest.approx(0.63)
     assert report.status == "regressed" and report.has_regressions
-    assert "1 metric(s) regressed against the median of 5 earlier comparable runs" in report.message
+    assert report.message == ("1 metric regressed against the median of runs run-00, run-01, run-02, run-03, run-04 "
+                              "(5 earlier comparable runs)")
 
 
-def test_a_noisy_baseline_widens_the_threshold_to_k_times_its_mad() -> None:
-    hist = history([10.5, 11.5, 12.5, 13.5, 14.5])  # median 12.5, MAD 1.0 -> threshold 3.0 (k=3) > 5 % (0.625)
+def test_a_noisy_baseline_widens_the_threshold_to_k_times_its_scaled_mad() -> None:
+    hist = history([10.5, 11.5, 12.5, 13.5, 14.5])  # median 12.5, MAD 1.0 -> s 1.4826, threshold 4.45 (k=3) > 5 %
     report = compare(run(10, decode=10.0), hist)
     c = report.get(DECODE)
     assert c is not None and c.baseline == 12.5 and c.baseline_mad == 1.0
-    assert c.threshold == pytest.approx(3.0)
+    assert c.noise_sd == pytest.approx(1.4826) and c.threshold == pytest.approx(3 * 1.4826)
     assert c.verdict == "unchanged"  # -2.5 tok/s is within the noise
-    assert compare(run(10, decode=9.4), hist).get(DECODE).verdict == "regressed"  # type: ignore[union-attr]
+    assert compare(run(10, decode=7.9), hist).get(DECODE).verdict == "regressed"  # type: ignore[union-attr]
     # with k=1 the same -2.5 tok/s is a regression
     assert compare(run(10, decode=10.0), hist, RegressConfig(mad_k=1.0)).get(DECODE).verdict == "regressed"  # type: ignore[union-attr]
 
@@ -122,7 +127,7 @@ def test_only_comparable_completed_earlier_runs_form_the_baseline() -> None:
     report = compare(current, hist)
     assert report.baseline_run_ids == ["run-01"]
     assert report.get(DECODE).baseline == 12.6  # type: ignore[union-attr]
-    assert "1 earlier comparable run" in report.message
+    assert report.message == "insufficient baseline (1 earlier comparable run: run-01; a verdict needs 3)"
 
 
 def test_a_new_configuration_starts_its_own_baseline() -> None:
@@ -152,10 +157,11 @@ def test_judge_and_mad_by_hand() -> None:
     assert mad([1.0, 2.0, 3.0, 4.0, 100.0]) == 1.0
     c = judge(m, 90.0, [100.0, 100.0, 100.0], RegressConfig(rel_floor=0.05))
     assert (c.baseline, c.threshold, c.verdict) == (100.0, 5.0, "regressed")
-    c = judge(m, 106.0, [100.0], RegressConfig(rel_floor=0.05))
+    assert judge(m, 106.0, [100.0], RegressConfig(rel_floor=0.05)).verdict == "insufficient"
+    c = judge(m, 106.0, [100.0], RegressConfig(rel_floor=0.05, min_runs=1))
     assert c.verdict == "improved"
     floor = Metric(name="e", label="e", unit="", direction=Direction.LOWER, definition="a test metric", abs_floor=0.5)
-    assert judge(floor, 0.0, [0.0, 0.0], RegressConfig()).verdict == "unchanged"
+    assert judge(floor, 0.0, [0.0, 0.0], RegressConfig(min_runs=2)).verdict == "unchanged"
 
 
 def test_the_comparability_key_is_configurable() -> None:
@@ -180,3 +186,149 @@ def test_a_profile_carries_its_regression_settings() -> None:
         type(LOCAL).model_validate(LOCAL.model_dump() | {"regress": {"window": 0}})
     with pytest.raises(ValidationError, match="windw"):
         type(LOCAL).model_validate(LOCAL.model_dump() | {"regress": {"windw": 3}})
+
+
+# --- how many runs a verdict needs, and the noise it is judged against ----------------------------
+
+
+def _spark(i: int, scale: float = 1.0, ttft_scale: float = 1.0) -> RunRecord:
+    """The sample recorded run (Ornith 9B on a Spark), on day ``i`` of March."""
+    return spark_record(run_id=f"202603{i:02d}T020000Z-{i:08d}", started_at=dt.datetime(2026, 3, i, 2, 0, tzinfo=dt.UTC),
+                        scale=scale, ttft_scale=ttft_scale)
+
+
+@pytest.mark.parametrize("earlier", [1, 2])
+def test_one_or_two_earlier_runs_give_no_verdict_and_no_alert(earlier: int) -> None:
+    hist = [_spark(i) for i in range(1, earlier + 1)]
+    current = _spark(20, scale=0.8)  # 20 % slower: a real regression, but too few runs to say so
+    report = compare(current, hist)
+    assert report.status == "insufficient" and report.insufficient and not report.first_run
+    assert not report.has_regressions and message_kind(current, report) == "run"
+    ids = ", ".join(r.meta.run_id for r in hist)
+    runs = "1 earlier comparable run" if earlier == 1 else "2 earlier comparable runs"
+    assert report.message == f"insufficient baseline ({runs}: {ids}; a verdict needs 3)"
+    assert report.baseline_run_ids == [r.meta.run_id for r in hist]
+    c = report.get("decode_tok_s@prompt=2042")
+    assert c is not None and c.verdict == "insufficient" and c.threshold is None
+    assert c.change_pct == pytest.approx(-20.0)  # the move is still shown
+
+
+def test_three_earlier_runs_give_a_verdict() -> None:
+    hist = [_spark(i) for i in range(1, 4)]
+    report = compare(_spark(20, scale=0.8), hist)
+    assert report.status == "regressed" and message_kind(_spark(20), report) == "regression"
+    ids = ", ".join(r.meta.run_id for r in hist)
+    assert report.message.startswith(f"13 metrics regressed against the median of runs {ids} (3 earlier comparable runs)")
+    assert compare(_spark(20), hist).status == "ok"
+    assert RegressConfig(min_runs=2).min_runs == 2 and compare(_spark(20, scale=0.8), hist[:2],
+                                                               RegressConfig(min_runs=2)).status == "regressed"
+
+
+def test_ten_identical_runs_raise_no_alert() -> None:
+    hist = [_spark(i) for i in range(1, 11)]
+    report = compare(_spark(20), hist)
+    assert report.status == "ok" and report.regressions == [] and report.improvements == []
+    assert {c.verdict for c in report.comparisons} == {"unchanged"}
+    assert report.message.startswith("no regression against the median of runs ")
+    assert "(5 earlier comparable runs)" in report.message  # the window
+
+
+def test_ten_noisy_recorded_runs_raise_no_alert_on_a_typical_run() -> None:
+    hist = spark_history(8)  # +-1 % noise from run to run
+    current = _spark(20, scale=0.995, ttft_scale=1.005)
+    report = compare(current, hist)
+    assert report.status == "ok" and not report.has_regressions and not report.improvements
+
+
+def test_two_runs_at_10_and_14_then_6_5_is_a_regression() -> None:
+    # per-request decode rates within each run spread by about +-1 % (3 requests per point)
+    runs = [run(0, decode=dist(10.0, min=9.9, max=10.1)), run(1, decode=dist(14.0, min=13.85, max=14.1))]
+    current = run(10, decode=dist(6.5, min=6.45, max=6.56))
+    c = compare(current, runs, RegressConfig(min_runs=2)).get(DECODE)
+    assert c is not None and c.baseline == 12.0 and c.change_pct == pytest.approx(-45.8, abs=0.1)
+    # the old rule: 3 x MAD (2.0) = 6.0 > 5.5 would have called it unchanged; pooled with the runs' own
+    # spread, the single between-run degree of freedom no longer swamps the estimate
+    assert c.threshold is not None and c.threshold < 5.5
+    assert c.verdict == "regressed"
+    # the same with a third run between them, at the default min_runs
+    third = run(2, decode=dist(12.0, min=11.9, max=12.15))
+    assert compare(current, [*runs, third]).get(DECODE).verdict == "regressed"  # type: ignore[union-attr]
+    # and nothing at all from the two runs alone at the default
+    assert compare(current, runs).status == "insufficient"
+
+
+def test_a_ttft_wobble_within_the_runs_own_spread_is_not_flagged() -> None:
+    # The tiny model on a 2-core CPU: TTFT medians of 38-52 ms, single requests up to ~0.1 s when the
+    # host is busy (3 requests per point).
+    hist = [run(0, ttft=dist(0.038, min=0.031, max=0.095)), run(1, ttft=dist(0.041, min=0.033, max=0.088)),
+            run(2, ttft=dist(0.052, min=0.036, max=0.101))]
+    current = run(10, ttft=dist(0.086, min=0.040, max=0.140))
+    report = compare(current, hist)
+    c = report.get(TTFT)
+    assert c is not None and c.change_pct == pytest.approx(109.8, abs=0.1)
+    assert c.verdict == "unchanged" and not report.has_regressions
+    # with one earlier run it is no verdict at all
+    assert compare(current, hist[:1]).get(TTFT).verdict == "insufficient"  # type: ignore[union-attr]
+    # the same move from tight runs (1-2 ms spread) is a regression
+    tight = [run(i, ttft=dist(0.038 + i * 0.001, min=0.037, max=0.040)) for i in range(3)]
+    assert compare(run(10, ttft=dist(0.086, min=0.085, max=0.088)), tight).get(TTFT).verdict == "regressed"  # type: ignore[union-attr]
+
+
+def test_within_run_spread_and_the_pooled_noise_by_hand() -> None:
+    se3 = 1.2533 * (2.0 / 1.693) / 3**0.5  # the standard error of the median of 3 values spanning 2.0
+    assert within_sd(dist(10.0, count=3, min=9.0, max=11.0)) == pytest.approx((se3, 2))
+    assert within_sd(Distribution(count=20, median=5.0, p10=4.0, p90=6.0, min=0.0, max=100.0)) == pytest.approx(
+        (1.2533 * (2 / 2.5631) / 20**0.5, 19))
+    assert within_sd(dist(10.0, count=1, min=10.0, max=10.0)) is None  # one value: no spread
+    assert within_sd(dist(10.0, count=3)) is None  # no spread statistics
+    assert within_sd(None) is None
+    # between only: 1.4826 x MAD
+    assert pooled_sd([10.0, 12.0, 14.0], []) == pytest.approx(1.4826 * 2)
+    # one run: no between-run estimate, the runs' spreads alone
+    assert pooled_sd([10.0], [dist(10.0, count=3, min=9.0, max=11.0)]) == pytest.approx(se3)
+    # two runs: dof 1 (between, s 2.965) pooled with dof 2 + 2 (within, s 0.855 each)
+    got = pooled_sd([10.0, 14.0], [dist(10.0, count=3, min=9.0, max=11.0), dist(14.0, count=3, min=13.0, max=15.0)])
+    assert got == pytest.approx((((1.4826 * 2) ** 2 + 4 * se3**2) / 5) ** 0.5)
+    assert pooled_sd([], []) == 0.0
+
+
+# --- a planted regression on a real server ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_server: Any) -> None:
+    """roost's real benchmark against the session's vLLM server, 3 times directly, then once through a
+    proxy that holds every streamed event back 100 ms (the server slowed on purpose), then a 4th time directly."""
+    from urllib.parse import urlsplit
+
+    from support.slow_proxy import SlowProxy
+
+    from roost.bench.sweep import BenchSettings, run_benchmark
+
+    settings = BenchSettings(prompt_lengths=[64], concurrency=[], output_tokens=24, repeats=3, warmup=1,
+                             metrics_poll_s=0)
+    started = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+
+    def bench(i: int, base_url: str) -> RunRecord:
+        result = run_benchmark(base_url, vllm_server.model, settings, api_key=vllm_server.api_key)
+        assert result.status == "completed", result.errors
+        meta = run(i).meta.model_copy(update={"run_id": f"live-{i}", "started_at": started + dt.timedelta(hours=i)})
+        return RunRecord(meta=meta, points=result.points)
+
+    direct = [bench(i, vllm_server.base_url) for i in range(3)]
+    url = urlsplit(vllm_server.base_url)
+    with SlowProxy(url.hostname or "127.0.0.1", url.port or 80, delay_s=0.1) as proxy:
+        slowed = bench(3, proxy.base_url)
+    assert proxy.connections > 0
+    fourth = bench(4, vllm_server.base_url)
+
+    (point,) = slowed.points
+    name = f"decode_tok_s@prompt={point.prompt_tokens}"
+    assert point.decode_tok_s.median is not None and point.decode_tok_s.median < 1 / 0.1 * 1.05  # one event / 100 ms
+    report = compare(slowed, direct)
+    c = report.get(name)
+    assert c is not None and c.verdict == "regressed", report
+    assert report.status == "regressed" and name in {x.metric.name for x in report.regressions}
+    normal = compare(fourth, direct)
+    assert normal.get(name).verdict in ("unchanged", "improved"), normal  # type: ignore[union-attr]
+    assert not normal.has_regressions, normal.regressions

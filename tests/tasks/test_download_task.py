@@ -4,7 +4,10 @@ for an unreachable Hub, the token from a Secret block."""
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +20,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, LogFilter, LogFilterFlowRunId
 from prefect.logging.handlers import APILogHandler
 from prefect.settings import get_current_settings
-from support.hub import local_hub, write_checkpoint_files
+from support.hub import HubProxy, local_hub, write_checkpoint_files
 
 from roost.errors import UserError
 from roost.hub.errors import HubUnreachable
@@ -164,3 +167,37 @@ def test_an_unreachable_hub_is_retried_by_prefect(prefect_api: str, tmp_path: Pa
     out = unreachable()
     assert out["failed"] and run_count(out["task_run_id"]) == 2
     assert isinstance(out["error"], HubUnreachable)
+
+
+class FirstShardFails(HubProxy):
+    """The first request for a weights file answers 503 (a transient Hub fault roost.hub retries)."""
+
+    failed = False
+
+    def refusal(self, path: str, authorization: str | None) -> tuple[int, str] | None:
+        if not self.failed and "/resolve/" in path and path.endswith(".safetensors"):
+            self.failed = True
+            return 503, "try again"
+        return None
+
+
+def test_roost_hub_retries_reach_the_flow_runs_logs(prefect_api: str, hub: TaskHub, tmp_path: Path) -> None:
+    """With ``roost`` an extra logger (the deployments' env, ``roost run``), the retry roost.hub logs
+    from a download thread is in the flow run's logs read back from the API, at INFO with the rest."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PREFECT_API_URL=prefect_api, PREFECT_LOGGING_EXTRA_LOGGERS="roost",
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    with FirstShardFails(hub.endpoint) as faulty:
+        done = subprocess.run([sys.executable, str(Path(__file__).with_name("download_log_flow.py")), REPO,
+                               str(tmp_path / "ckpt"), faulty.endpoint], env=env, cwd=root, capture_output=True,
+                              text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert faulty.failed
+    flow_run_id = done.stdout.strip().splitlines()[-1]
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    hub_lines = [(log.name, log.level, log.message) for log in logs if log.name.startswith("roost.hub")]
+    assert any("transient fault" in m and "HTTP 503" in m and "retry 1/2" in m for _, _, m in hub_lines), hub_lines
+    assert any(level == logging.INFO for _, level, _ in hub_lines), hub_lines  # the plan line, at INFO
+    assert "attempted to send logs to the API without a flow run id" not in done.stderr
+    assert done.stderr.count("transient fault") == 1  # once on the terminal, not twice

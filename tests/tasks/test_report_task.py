@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +14,7 @@ import pytest
 from support.samples import earlier_runs, failed_run, spark_run
 
 from roost.store import append_run, load_records, load_runs
-from tasks.report import artifact_key, build_report, headline_table
+from tasks.report import artifact_key, build_report, headline_table, results_url_for
 
 
 def test_artifact_keys_are_lowercase_dashes() -> None:
@@ -36,9 +38,38 @@ def test_build_report_stores_compares_and_renders(tmp_path: Path) -> None:
     stored = load_records(tmp_path)[-1]
     assert stored.report_path == str(outcome.files.markdown)
     assert list(pd.read_parquet(tmp_path / "runs")["run_id"])[-1] == current.meta.run_id
-    # the artifact markdown names charts by path (the Prefect UI cannot show local files)
-    assert f"`{outcome.files.charts['decode_vs_prompt']}`" in outcome.artifact_markdown
-    assert "](charts/" not in outcome.artifact_markdown
+    # without a results URL the artifact shows the two headline charts inline (small), names the rest by
+    # path (the Prefect UI cannot show the worker's files) and says how to serve them; no file:// link
+    md = outcome.artifact_markdown
+    assert outcome.urls is None
+    inline = re.findall(r"!\[[^\]]*\]\((data:image/png;base64,[A-Za-z0-9+/=]+)\)", md)
+    assert len(inline) == 2 and all(len(uri) <= 60_000 for uri in inline)
+    assert base64.b64decode(inline[0].split(",", 1)[1]).startswith(b"\x89PNG")
+    assert f"`{outcome.files.charts['ttft_vs_prompt']}`" in md
+    assert "](charts/" not in md and "file://" not in md
+    assert "roost results serve" in md and "ROOST_RESULTS_URL" in md
+
+
+def test_with_a_results_url_every_chart_and_the_report_are_links_to_the_served_files(tmp_path: Path) -> None:
+    outcome = build_report(spark_run(day=1), tmp_path, results_url="http://worker.tailnet:8765/")
+    assert outcome.errors == [] and outcome.files is not None and outcome.urls is not None
+    base = "http://worker.tailnet:8765/model=deepreinforce--Ornith-1.0-9B/host=spark/" + spark_run(day=1).meta.run_id
+    assert outcome.urls.html == f"{base}/report.html"
+    assert outcome.urls.key_chart == f"{base}/charts/decode_vs_prompt.png"
+    md = outcome.artifact_markdown
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert sorted(images) == sorted(f"{base}/charts/{p.name}" for p in outcome.files.charts.values())
+    assert f"[report.html]({base}/report.html)" in md and "data:" not in md
+    assert str(tmp_path) not in md  # nothing on the worker's disk is named
+
+
+def test_results_url_for_ignores_a_bad_setting(monkeypatch: pytest.MonkeyPatch,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("ROOST_RESULTS_URL", "file:///srv/results")
+    assert results_url_for("http://spark:8765") == ""
+    assert "ROOST_RESULTS_URL 'file:///srv/results': must be an http:// or https:// URL" in caplog.text
+    monkeypatch.delenv("ROOST_RESULTS_URL")
+    assert results_url_for("http://spark:8765") == "http://spark:8765/"
 
 
 def test_first_and_failed_runs(tmp_path: Path) -> None:
@@ -78,7 +109,9 @@ def test_headline_table_rows() -> None:
     assert decode == {"metric": "decode tok/s @ 2,042-token prompt", "value": "10.7 tok/s", "baseline": "12.6 tok/s",
                       "change": "−14.8%", "verdict": "regressed"}
     assert rows["KV cache (vLLM log)"]["value"] == "390,070 tokens (plan 390,070)"
-    assert rows["status"]["verdict"] == "regressed"
+    assert rows["verdict"]["verdict"].startswith("REGRESSED")
+    # every regressed metric has its row, headline or not
+    assert {r["metric"] for r in rows.values() if r["verdict"] == "regressed"} >= {"decode tok/s @ 2,042-token prompt"}
 
 
 @pytest.mark.slow
@@ -87,25 +120,42 @@ def test_report_task_publishes_artifacts_with_stable_keys(prefect_api: str, tmp_
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from tasks.report import ReportOutcome, report_task
+    from tasks.report import ReportOutcome, publish_artifacts, report_task
+
+    base = "http://127.0.0.1:8765/"
 
     @flow(name="report-test")
-    def run_report(day: int, scale: float) -> ReportOutcome:
-        return report_task(spark_run(day=day, scale=scale), results_root=tmp_path)
+    def run_report(day: int, scale: float, url: str) -> ReportOutcome:
+        record = spark_run(day=day, scale=scale)
+        outcome = report_task(record, results_root=tmp_path, results_url=url)
+        outcome.artifact_keys = publish_artifacts(record, outcome)  # in the flow: the flow run's artifacts
+        return outcome
 
-    outcomes = [run_report(1, 1.0), run_report(2, 1.0), run_report(3, 0.85)]
-    assert [o.comparison.status for o in outcomes if o.comparison] == ["baseline", "ok", "regressed"]
+    first = run_report(1, 1.0, "")  # no results URL: no link or image artifact
+    assert first.artifact_keys == {"markdown": "roost-report-ornith-9b-spark", "table": "roost-headline-ornith-9b-spark"}
+    outcomes = [first, *(run_report(day, 1.0, base) for day in (2, 3, 4)), run_report(5, 0.85, base)]
+    # no verdict before three earlier comparable runs
+    assert [o.comparison.status for o in outcomes if o.comparison] == ["baseline", "insufficient", "insufficient",
+                                                                      "ok", "regressed"]
     keys = outcomes[-1].artifact_keys
     assert keys == {"markdown": "roost-report-ornith-9b-spark", "table": "roost-headline-ornith-9b-spark",
-                    "link": "roost-files-ornith-9b-spark"}
-    assert all(o.artifact_keys == keys for o in outcomes)
+                    "link": "roost-files-ornith-9b-spark", "image": "roost-chart-ornith-9b-spark"}
+    assert outcomes[1].artifact_keys == keys
 
     with get_client(sync_client=True) as client:
         arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=list(keys.values()))))
     by_key: dict[str, list[object]] = {}
     for a in arts:
         by_key.setdefault(str(a.key), []).append(a)
-    assert {k: len(v) for k, v in by_key.items()} == {k: 3 for k in keys.values()}  # one per run: the key's history
+    assert {k: len(v) for k, v in by_key.items()} == {k: 5 if k in first.artifact_keys.values() else 4
+                                                    for k in keys.values()}  # one per run: the key's history
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:  # each run's artifacts belong to its flow run, not a task run
+        for a in arts:
+            assert a.flow_run_id is not None and a.task_run_id is None  # type: ignore[attr-defined]
+        assert len(client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(
+            any_=list({a.flow_run_id for a in arts}))))) == 5  # type: ignore[attr-defined, misc]
     latest = {k: max(v, key=lambda a: a.created) for k, v in by_key.items()}  # type: ignore[attr-defined]
     md = latest[keys["markdown"]]
     assert md.type == "markdown"  # type: ignore[attr-defined]
@@ -119,5 +169,9 @@ def test_report_task_publishes_artifacts_with_stable_keys(prefect_api: str, tmp_
     link = latest[keys["link"]]
     files = outcomes[-1].files
     assert files is not None
+    urls = outcomes[-1].urls
+    assert urls is not None and urls.html.startswith(base) and urls.html.endswith(f"/{files.directory.name}/report.html")
     # Prefect stores a link artifact as Markdown: [text](link)
-    assert link.data == f"[HTML report ({outcomes[-1].stored.run_id})]({files.html.resolve().as_uri()})"  # type: ignore[attr-defined, union-attr]
+    assert link.data == f"[HTML report ({outcomes[-1].stored.run_id})]({urls.html})"  # type: ignore[attr-defined, union-attr]
+    assert latest[keys["image"]].data == urls.key_chart  # type: ignore[attr-defined]
+    assert "![" in md.data and f"]({urls.key_chart})" in md.data  # type: ignore[attr-defined]

@@ -152,3 +152,18 @@ def test_point_stats_keeps_unmeasurable_requests_out_of_the_decode_timings() -> 
     st = M.point_stats(steps)
     assert (st.unmeasurable, st.unmeasurable_kinds) == (1, [Kind.BURST])
     assert st.decode_tok_s.count == 2 and st.decode_tok_s.max == pytest.approx(8970.0)
+
+
+def test_a_repeat_that_measured_nothing_contributes_nothing() -> None:
+    # repeat 1 measured: 9 tokens in 1 s; repeat 2: every request failed; repeat 3: it "completed" with no
+    # token (usage 0) -> no 0 tok/s in the per-repeat throughput; a one-token request has no
+    # decode and adds no inter-token gap
+    good = Step(records=[rec(completion_tokens=9)], wall_s=1.0)
+    failed = Step(records=[rec(error="cut")], wall_s=2.0)
+    empty = Step(records=[rec(token_times=[], completion_tokens=0)], wall_s=2.0)
+    one = Step(records=[rec(token_times=[100.5, 100.5004], completion_tokens=1)], wall_s=1.0)
+    st = M.point_stats([good, failed, empty, one])
+    assert M.output_throughput(empty.records, 2.0) is None
+    assert st.output_throughput.count == 2 and st.output_throughput.min == pytest.approx(1.0)  # good 9/1, one 1/1
+    assert st.itl.count == 4 and st.itl.min == pytest.approx(0.1)  # the good request's 4 gaps only
+    assert st.decode_tok_s.count == st.tpot.count == 1

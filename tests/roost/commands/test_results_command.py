@@ -113,6 +113,7 @@ FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "results-v1"
 def test_runs_stored_by_roost_0_1_are_listed_and_form_the_baseline_of_a_new_run(tmp_path: Path) -> None:
     import shutil
 
+    from roost.regress import RegressConfig, compare
     from roost.store import load_records
     from tasks.report import build_report
 
@@ -136,7 +137,9 @@ def test_runs_stored_by_roost_0_1_are_listed_and_form_the_baseline_of_a_new_run(
     for p in now.points:
         if p.kind == "prompt_length":
             p.decode_tok_s.median = (p.decode_tok_s.median or 0.0) / 2  # half the decode rate: a regression
-    outcome = build_report(now, root)
+    # two earlier runs: no verdict by default ("insufficient baseline"); a profile asking for two gets one
+    assert compare(now, earlier).status == "insufficient"
+    outcome = build_report(now, root, RegressConfig(min_runs=2))
     assert outcome.comparison is not None
     assert outcome.comparison.baseline_run_ids == [r.meta.run_id for r in earlier]
     regressed = {c.metric.name for c in outcome.comparison.regressions}

@@ -66,7 +66,7 @@ def test_regression_message_lists_before_and_after_and_mentions() -> None:
     assert msg.text.endswith("decode tok/s @ 2,042-token prompt 12.6 tok/s → 10.8 tok/s (−14.4%) and 2 more")
     body = text_of(msg.blocks)
     assert msg.blocks[0] == {"type": "header", "text": {"type": "plain_text", "text": "roost regression: ornith-9b on spark", "emoji": True}}
-    assert "*Regressed (vs median of 3 comparable runs)*" in body
+    assert "*Regressed: 3 (vs the median of 3 earlier comparable runs)*" in body
     assert "• decode tok/s @ 2,042-token prompt: 12.6 tok/s → 10.8 tok/s (−14.4%)" in body
     assert "• aggregate output tok/s @ 20 concurrent: 150.2 tok/s → 129.2 tok/s (−14.0%)" in body
     assert "<http://127.0.0.1:4200/runs/flow-run/abc|Prefect flow run>" in body
@@ -94,15 +94,56 @@ def test_routine_message_has_no_mentions_and_says_first_run() -> None:
     assert "establishes the baseline" in text_of(msg.blocks)
 
 
-def test_many_regressions_are_capped() -> None:
+def _with_levels(n: int) -> tuple[list[RunRecord], RunRecord]:
+    """Three earlier runs and a current one with ``n`` extra concurrency levels, each half as fast now."""
     hist = [run(i) for i in range(3)]
     current = run(5, decode=5.0, agg=10.0)
-    for p in range(12):
+    for p in range(n):
         for r in [*hist, current]:
             r.points.append(BenchPoint(kind="concurrency", prompt_tokens=2042, output_tokens=512, concurrency=30 + p,
                                        requests=4, output_tok_s=dist(100.0 if r is not current else 50.0)))
-    body = text_of(build_message(current, compare(current, hist)).blocks)
-    assert body.count("• ") == 10 and "… and 5 more" in body
+    return hist, current
+
+
+def test_every_regression_is_listed() -> None:
+    hist, current = _with_levels(12)
+    comparison = compare(current, hist)
+    assert len(comparison.regressions) == 15
+    msg = build_message(current, comparison)
+    body = text_of(msg.blocks)
+    assert body.count("• ") == 15 and "more" not in body
+    assert "*Regressed: 15 (vs the median of 3 earlier comparable runs)*" in body
+    assert msg.text.endswith("and 14 more")
+
+
+def test_hundreds_of_regressions_fit_slacks_limits() -> None:
+    hist, current = _with_levels(600)
+    comparison = compare(current, hist)
+    msg = build_message(current, comparison, run_url="http://127.0.0.1:4200/runs/flow-run/abc", mentions=["here"])
+    assert len(msg.blocks) <= 50
+    assert all(len(b["text"]["text"]) <= 3000 for b in msg.blocks if b["type"] == "section" and "text" in b)
+    body = text_of(msg.blocks)
+    assert body.count("• ") == 603  # every one: 600 levels, the first 3 and the peak
+    assert msg.blocks[-1]["type"] == "context" and "Prefect flow run" in body
+    hist, current = _with_levels(3000)  # more than 50 sections could hold: the rest are counted
+    msg = build_message(current, compare(current, hist))
+    body = text_of(msg.blocks)
+    assert len(msg.blocks) == 50 and msg.blocks[-1]["type"] == "context"
+    listed = body.count("• ")
+    assert 1000 < listed < 3003 and f"… and {3003 - listed} more" in body
+
+
+def test_an_insufficient_baseline_is_said_plainly_and_alerts_nobody() -> None:
+    hist = [run(i) for i in range(2)]
+    current = run(5, decode=6.0)
+    comparison = compare(current, hist)
+    assert comparison.status == "insufficient" and message_kind(current, comparison) == "run"
+    msg = build_message(current, comparison, mentions=["U0ABC123"])
+    assert msg.text == "roost run: ornith-9b on spark: decode 6.00 tok/s, peak 150.2 tok/s (insufficient baseline: no verdict)"
+    body = text_of(msg.blocks)
+    assert ("_Insufficient baseline: 2 earlier comparable runs (`20260301T020000Z-00000000`, "
+            "`20260301T020001Z-00000001`); a verdict needs 3. Nothing was judged regressed or improved._") in body
+    assert "Regressed" not in body and "<@" not in body
 
 
 @pytest.mark.parametrize(
