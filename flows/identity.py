@@ -3,7 +3,8 @@
 - :func:`initial_run_name` is the ``flow_run_name`` of roost's flows: ``land · <profile> · <host>``
   from the parameters given (the commit is not known yet); :func:`name_run` renames the run once
   the profile's host and the resolved commit are (``roost.naming.run_name``).
-- :func:`tag_run` adds tags (``verdict:<kind>``) to the run.
+- :func:`tag_run` adds tags (``verdict:<kind>``) to the run; :func:`label_stage` sets its label
+  ``roost.stage`` to the stage it is in (the crash alert reports it).
 - :func:`roost_logs_to_run`: with ``roost`` among Prefect's extra loggers
   (``PREFECT_LOGGING_EXTRA_LOGGERS``; the deployments and ``roost run`` set it), roost's module
   loggers (``roost.hub`` retries and resumes, ...) send their lines to the run at INFO. Prefect gives
@@ -14,6 +15,7 @@ None of these fails a run: a Prefect API problem is logged as a warning and the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from prefect.client.orchestration import get_client
@@ -21,6 +23,7 @@ from prefect.context import FlowRunContext
 from prefect.logging import get_run_logger
 from prefect.settings import PREFECT_LOGGING_EXTRA_LOGGERS
 
+from blocks.slack import STAGE_LABEL
 from roost.naming import run_name
 
 ROOST_LOGGER = "roost"
@@ -68,6 +71,20 @@ def tag_run(*tags: str) -> None:
         ctx.flow_run.tags = want
     except Exception as exc:
         get_run_logger().warning("could not tag the flow run %s: %s", ", ".join(tags), exc)
+
+
+def label_stage(name: str) -> None:
+    """Set the flow run's label ``roost.stage`` to ``name`` (what a crash alert reports as the last
+    stage reached). One API call; outside a flow run nothing; a failure is logged, never raised."""
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return
+    try:
+        with get_client(sync_client=True) as client:  # the engine's own client inside a flow run
+            client.update_flow_run_labels(ctx.flow_run.id, {STAGE_LABEL: name})
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            get_run_logger().debug("could not label the flow run with stage %s: %s", name, type(exc).__name__)
 
 
 def roost_logs_to_run() -> None:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from prefect import get_run_logger
-from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
 from prefect.states import Completed
@@ -37,8 +36,7 @@ from pydantic import BaseModel, SecretStr
 
 import roost
 from blocks.resolve import load_vllm_api_key
-from blocks.slack import STAGE_LABEL
-from flows.identity import name_run, roost_logs_to_run, tag_run
+from flows.identity import label_stage, name_run, roost_logs_to_run, tag_run
 from roost import catalogue as C
 from roost.bench import mtp
 from roost.bench.validity import stream_ceiling_tok_s
@@ -73,26 +71,12 @@ from tasks.serve import backend_log, serve_task
 from tasks.vision_probe import vision_probe_task
 
 
-def _label_stage(name: str) -> None:
-    """Set the flow run's label ``roost.stage`` to ``name`` (what a crash alert reports as the last
-    stage reached). One API call; outside a flow run nothing; a failure is logged, never raised."""
-    ctx = FlowRunContext.get()
-    if ctx is None or ctx.flow_run is None:
-        return
-    try:
-        with get_client(sync_client=True) as client:  # the engine's own client inside a flow run
-            client.update_flow_run_labels(ctx.flow_run.id, {STAGE_LABEL: name})
-    except Exception as exc:
-        with contextlib.suppress(Exception):
-            get_run_logger().debug("could not label the flow run with stage %s: %s", name, type(exc).__name__)
-
-
 @contextlib.contextmanager
 def stage(record: RunRecord, name: str) -> Iterator[StageTiming]:
     """Time one stage into ``record.stages``; a failure marks the run failed at this stage (the first
     failure is the run's, unless a later retry succeeds and clears it). The flow run's ``roost.stage``
     label names the stage, for the crash alert of a run whose process dies in it."""
-    _label_stage(name)
+    label_stage(name)
     timing = StageTiming(stage=name, seconds=0.0)
     t0 = time.perf_counter()
     try:

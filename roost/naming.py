@@ -75,7 +75,7 @@ def run_verdict(record: RunRecord, comparison: RegressionReport | None) -> RunVe
         return RunVerdict(kind=kind, message=f"regressed: {moves or comparison.message} vs "
                                              f"{_runs(comparison.baseline_run_ids)}")
     if kind == "ok":
-        return RunVerdict(kind=kind, message="ok")
+        return RunVerdict(kind=kind, message=_one_line(f"ok: {comparison.message}"))
     if kind == "insufficient":
         n = len(comparison.baseline_run_ids)
         detail = f"{n} run{'s' if n != 1 else ''}" if n else comparison.message

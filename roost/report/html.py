@@ -22,12 +22,14 @@ strong.bad{color:#b00020}
 
 _CODE = re.compile(r"`([^`]*)`")
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
+_LINK = re.compile(r"\[([^\]]+)\]\((https?://[^)\s]+)\)")
 
 
 def inline(text: str) -> str:
-    """Escape text, then turn ``**bold**`` and ```code``` into tags."""
+    """Escape text, then turn ``**bold**``, ```code``` and ``[text](http(s) URL)`` into tags."""
     out = html.escape(text, quote=False)
     out = _CODE.sub(lambda m: f"<code>{m.group(1)}</code>", out)
+    out = _LINK.sub(lambda m: f'<a href="{html.escape(html.unescape(m.group(2)))}">{m.group(1)}</a>', out)
     return _BOLD.sub(_strong, out)
 
 

@@ -37,8 +37,19 @@ def _run_roost(*args: str, timeout: int = 1200, env: dict[str, str] | None = Non
                           env=dict(os.environ) | (env or {}))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def own_results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This module's own results store: earlier landings of the session (the deployment tests land the
+    same checkpoint with the same vLLM arguments, hence comparable runs) must not decide the verdicts
+    these runs are checked for (the first establishes the baseline, the second has too few to judge)."""
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("results")
+        mp.setenv("ROOST_RESULTS_DIR", str(path))
+        yield path
+
+
 @pytest.fixture(scope="module")
-def results_url() -> Iterator[str]:
+def results_url(own_results: Path) -> Iterator[str]:
     """``roost results serve`` on loopback over the session's reports: the first run's ROOST_RESULTS_URL."""
     from support.browser import results_server
 

@@ -29,7 +29,10 @@ def test_a_regressed_run_names_the_metrics_and_the_baseline_runs() -> None:
 def test_ok_baseline_and_insufficient() -> None:
     history = earlier_runs(4)
     same = spark_run(day=9)
-    assert run_verdict(same, compare(same, history)).model_dump() == {"kind": "ok", "message": "ok"}
+    ok = compare(same, history)
+    assert run_verdict(same, ok).model_dump() == {
+        "kind": "ok", "message": f"ok: no regression against the median of runs {', '.join(ok.baseline_run_ids)} "
+                                 "(4 earlier comparable runs)"}
     first = spark_run(day=1)
     assert run_verdict(first, compare(first, [])).kind == "baseline"
     two = compare(same, history[:2])
