@@ -76,6 +76,9 @@ def run(
         return
     if model_dir is not None:
         raise UserError("--model-dir goes with --dry-run only: a run downloads the profile's repo itself")
+    from roost.report.publish import results_url
+
+    results_url()  # a malformed ROOST_RESULTS_URL is refused before anything starts, not ignored at the report
     if port is not None:
         require_free_port(port)
 

@@ -36,3 +36,20 @@ def test_no_command_prints_the_help_exit_2() -> None:
 def test_help_is_exit_0() -> None:
     r = subprocess.run([ROOST, "audit", "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--host" in r.stdout and r.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("url", "line"),
+    [
+        ("ftp://worker:8765/", "roost: error: ROOST_RESULTS_URL 'ftp://worker:8765/': must be an http:// or https:// "
+                               "URL, e.g. http://worker.tailnet:8765/"),
+        ("http://me:hunter2@worker:8765/", "roost: error: ROOST_RESULTS_URL: must not contain a user name or password; "
+                                           "give http(s)://host:port/ only"),
+    ],
+)
+def test_a_bad_results_url_is_refused_before_a_run_starts(url: str, line: str) -> None:
+    import os
+
+    r = subprocess.run([ROOST, "run"], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, ROOST_RESULTS_URL=url))
+    assert (r.returncode, r.stderr, r.stdout) == (2, line + "\n", "")
