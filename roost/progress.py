@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, TextIO
 
+from roost.secrets import MASK, redact
 from roost.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ log = logging.getLogger(__name__)
 # Token shapes that must never reach a terminal even if a caller passes them in a status text:
 # Hugging Face (hf_...), Slack (xox?-...), OpenAI-style (sk-...), and whatever follows "Bearer".
 _TOKEN = re.compile(r"\b(?:hf_[A-Za-z0-9]{8,}|xox[abposr]-[A-Za-z0-9-]{8,}|sk-[A-Za-z0-9_-]{8,})|(?<=Bearer )\S+")
-MASK = "***"
 
 
 def choose_mode(stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> Mode:
@@ -64,10 +64,7 @@ def choose_mode(stream: TextIO | None = None, env: Mapping[str, str] | None = No
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with every secret in ``secrets`` and every token-shaped word replaced by ``***``."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, MASK)
-    return _TOKEN.sub(MASK, text)
+    return _TOKEN.sub(MASK, redact(text, list(secrets)))
 
 
 def detail(unit: Unit, completed: float, total: float | None, rate: float | None, eta_s: float | None) -> str:

@@ -24,6 +24,7 @@ from pydantic import SecretStr
 from roost.notify import NotifyResult, SlackMessage, build_message, message_kind, should_notify
 from roost.records import RunMeta, RunRecord
 from roost.regress import RegressionReport
+from roost.secrets import redact
 
 if TYPE_CHECKING:  # slack-sdk loads only when a message is sent: every land run imports this module
     from slack_sdk.http_retry import RetryHandler
@@ -46,19 +47,6 @@ class SlackTarget(Protocol):
     def transport(self) -> Literal["bot", "webhook"]: ...
 
     def secrets(self) -> list[str]: ...
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    """``text`` with every secret (and a webhook URL's path) replaced by ``***``."""
-    for s in sorted(secrets, key=len, reverse=True):
-        if not s:
-            continue
-        text = text.replace(s, "***")
-        if "://" in s:  # a webhook URL: its path is the secret part; redact it on its own too
-            path = s.split("://", 1)[1].partition("/")[2]
-            if len(path) >= 8:
-                text = text.replace(path, "***")
-    return text
 
 
 class _Forward(logging.Handler):

@@ -46,6 +46,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from roost.errors import UserError
+from roost.secrets import redact
 from roost.vllm.stream import ChatStream, ErrorKind, Phase, RequestRecord, error_text
 from roost.vllm.timed_net import ConnectFailed, Connection, ConnectionPool, HttpError
 
@@ -177,7 +178,7 @@ class VllmClient:
 
     def scrub(self, text: str) -> str:
         """``text`` with the API key removed (error messages are recorded and logged)."""
-        return text.replace(self._secret, "***") if self._secret else text
+        return redact(text, [self._secret])
 
     # --- plain requests -----------------------------------------------------------------------
 
