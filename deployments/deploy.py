@@ -7,7 +7,9 @@ Per host ``<host>`` (one work queue each, in one ``process`` work pool):
   so a run always lands on the machine whose worker takes it.
 - ``rebenchmark/<host>``: benchmarks what the host serves, or lands the host's default profile
   first (kept serving) when nothing is; scheduled nightly (cron, UTC by default).
-- ``audit/<host>``: download + audit + plan only, onto that host's disk.
+- ``audit/<host>``: audit + plan from the Hub's headers without downloading (a profile's repository,
+  or any ``repo`` given as hf://OWNER/NAME[@REVISION]); ``download`` also fetches it onto the host's
+  disk and audits it there.
 
 The code is deployed from this checkout (``LocalStorage``: the worker's flow-run process changes
 into the repo directory and loads the flow by file path), so no image is built; every Spark runs
@@ -52,9 +54,11 @@ ENTRYPOINTS: dict[str, str] = {
 }
 
 DESCRIPTIONS: dict[str, str] = {
-    "land": "Land a model on {host}: download -> audit -> build -> serve -> health -> benchmark -> report.",
+    "land": "Land a model on {host}: preflight -> download -> audit -> build -> serve -> health -> benchmark -> "
+            "report.",
     "rebenchmark": "Benchmark what {host} serves (or land the profile there first when nothing is); nightly.",
-    "audit": "Download, audit and plan a model for {host} (no server is started).",
+    "audit": "Audit and plan a model for {host} from the Hub's headers, without downloading it (no server is "
+             "started): a profile's repository, or any repo.",
 }
 
 PARAM_HELP: dict[str, str] = {
@@ -65,6 +69,9 @@ PARAM_HELP: dict[str, str] = {
     "keep_serving": "Leave the server running after the run (rebenchmark then measures it nightly).",
     "port": "Port for the vLLM server (empty: the profile's fixed port, else a free one).",
     "notify": "Send the Slack notification if Slack is configured.",
+    "repo": "Audit this Hub repository instead of the profile's: hf://OWNER/NAME or hf://OWNER/NAME@REVISION "
+            "(planned with roost's defaults; the profile's Hub token is used).",
+    "download": "Also download the checkpoint onto this host's disk and audit it there (warms the next landing).",
     "restart_policy": "Docker restart policy of the server container (empty: unless-stopped with keep_serving, a "
                       "production landing that takes it off the host's previous server; no otherwise); process "
                       "hosts ignore it.",

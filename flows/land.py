@@ -1,7 +1,8 @@
 """The ``land`` flow: a checkpoint on the Hub -> a measured vLLM server, top to bottom.
 
-    download -> integrity audit (+ KV plan) -> container build -> host check -> serve -> health-wait
-             -> vision probe (towers) -> benchmark -> MTP A/B (when asked) -> report (+ Slack)
+    preflight (audit + KV plan from the Hub's headers) -> download -> integrity audit (+ KV plan)
+             -> container build -> host check -> serve -> health-wait -> vision probe (towers)
+             -> benchmark -> MTP A/B (when asked) -> report (+ Slack)
 
 Each step is a stage in ``flows/stages.py`` (one Prefect task each, in ``tasks/<stage>.py``); this
 file chains them and guarantees the teardown: the server it started is stopped whatever happened
@@ -27,8 +28,10 @@ from flows.stages import (
     fail_unexpected,
     finish,
     host_check_stage,
+    hub_source,
     mtp_ab_stage,
     new_record,
+    preflight_stage,
     report_stage,
     serve_stage,
     stage,
@@ -76,23 +79,25 @@ def land(
     comparison: RegressionReport | None = None
     with contextlib.ExitStack() as teardown:
         try:
-            checkpoint = download_stage(record, prof)                          # 1. download + integrity
-            plan = audit_stage(record, prof, host_p, checkpoint, overrides)    # 2. audit + KV plan
-            prepared = build_stage(record, backend)                            # 3. image (docker hosts)
+            with hub_source(prof) as endpoint:                                 # HF_ENDPOINT, or the demo's mirror
+                pre = preflight_stage(record, prof, host_p, overrides, endpoint)  # 1. audit + plan from the Hub
+                checkpoint = download_stage(record, prof, endpoint)             # 2. download + integrity
+            plan = audit_stage(record, prof, host_p, checkpoint, overrides, pre)  # 3. audit on disk + KV plan
+            prepared = build_stage(record, backend)                            # 4. image (docker hosts)
             with stage(record, "host-slot"):                                   # one server per host
                 ensure_host_limit(host_p.name)
                 teardown.enter_context(host_slot(host_p.name))
             spec = prof.serve_spec(checkpoint.model_dir, plan.vllm_args, port=port, keep_serving=keep_serving,
                                    restart_policy=restart_policy)
-            host_check_stage(record, backend, spec, plan, replace=replace)      # 4. occupants, memory
-            loaded = serve_stage(record, backend, spec, key, prepared,        # 5+6. serve + health-wait
+            host_check_stage(record, backend, spec, plan, replace=replace)      # 5. occupants, memory
+            loaded = serve_stage(record, backend, spec, key, prepared,        # 6+7. serve + health-wait
                                  prof.health_timeout_s or host_p.health_timeout_s)
             server = loaded.server
             if not keep_serving:
                 teardown.callback(_stop, server)
-            vision_stage(record, plan, server.base_url, key, prof.served_model_name)  # 6b. image request (towers)
-            benchmark_stage(record, server.base_url, prof, key)                # 7. benchmark
-            if prof.mtp_ab if mtp_ab is None else mtp_ab:                      # 7b. again without MTP
+            vision_stage(record, plan, server.base_url, key, prof.served_model_name)  # 7b. image request (towers)
+            benchmark_stage(record, server.base_url, prof, key)                # 8. benchmark
+            if prof.mtp_ab if mtp_ab is None else mtp_ab:                      # 8b. again without MTP
                 mtp_ab_stage(record, backend, loaded, key, prepared, prof,
                              prof.health_timeout_s or host_p.health_timeout_s, keep_serving=keep_serving)
         except RoostError as exc:
@@ -103,7 +108,7 @@ def land(
             raise
         finally:
             teardown.close()                                                    # stop the server, free the slot
-            comparison = report_stage(record, notify, prof, host_p)             # 8. report (failed runs too) + Slack
+            comparison = report_stage(record, notify, prof, host_p)             # 9. report (failed runs too) + Slack
     return finish(record, "land", failure, comparison)                          # verdict: state message, tags
 
 

@@ -3,9 +3,13 @@
 Each stage function runs one step through its Prefect task(s) (``tasks/<stage>.py``), times it into
 the run record (:func:`stage`) and returns what the next stage needs as a typed result:
 
+    hub_source                           (the Hub to read: HF_ENDPOINT, or the demo profile's local mirror)
+    preflight_stage -> PreflightOutcome  (audit + KV plan from the Hub's headers, before any weight byte;
+                                          stops the run on an error finding or a pool vLLM would refuse)
     download_stage -> Checkpoint         (the verified local directory and its commit)
-    audit_stage    -> ServePlan          (the audit, the KV plan and the vLLM arguments; stops the run
-                                          on an error finding or a pool vLLM would refuse)
+    audit_stage    -> ServePlan          (the audit of the files on disk, their headers checked against
+                                          the preflight's, the KV plan and the vLLM arguments; stops the
+                                          run on an error finding or a pool vLLM would refuse)
     build_stage    -> Prepared           (the serving image, or nothing to build)
     host_check_stage                     (refuse occupants roost did not start, or stop them with
                                           --replace; stop roost's own server; the memory left)
@@ -66,6 +70,7 @@ from tasks.download import cached_line, download_task
 from tasks.health import health_wait_task
 from tasks.local_hub import local_hub_task
 from tasks.notify import notify_task
+from tasks.preflight import PreflightOutcome, preflight_task
 from tasks.report import ReportOutcome, publish_artifacts, report_task, results_url_for
 from tasks.serve import backend_log, serve_task
 from tasks.vision_probe import vision_probe_task
@@ -118,7 +123,55 @@ def new_record(prof: ModelProfile, host: HostProfile, revision: str | None = Non
     return record
 
 
-# --- 1. download ------------------------------------------------------------------------------------
+# --- 1. preflight from the Hub ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def hub_source(prof: ModelProfile) -> Iterator[str | None]:
+    """The endpoint the preflight and the download read: None (``HF_ENDPOINT``, else huggingface.co),
+    or for the embedded demo the local mirror serving its generated checkpoint, stopped on exit."""
+    if not prof.demo:
+        yield None
+        return
+    hub = local_hub_task(prof)
+    try:
+        yield hub.endpoint
+    finally:
+        hub.stop()
+
+
+def preflight_stage(record: RunRecord, prof: ModelProfile, host: HostProfile, overrides: list[str] | None = None,
+                    endpoint: str | None = None, *, refuse: bool = True) -> PreflightOutcome:
+    """Audit and plan the profile's repository at the record's revision from the Hub (config, index and
+    shard headers; no weight byte), with the profile's and this run's overrides.
+
+    Stops the run, before anything is downloaded, with the message the audit of the downloaded files
+    would give: ``StageFailed`` on an error finding, ``PlanRefused`` when vLLM would refuse the pool
+    or the host cannot hold it (``refuse=False``: the caller decides, with :func:`refuse_unservable`).
+    """
+    with stage(record, "preflight") as st:
+        outcome: PreflightOutcome = preflight_task(prof, record.meta.revision, host.name, prof.plan_inputs(overrides),
+                                                   endpoint=endpoint, token_secret=prof.hf_token_secret)
+        st.cached = outcome.stats.cached
+        record.meta.commit = outcome.commit
+        if not outcome.audit.errors:
+            record.meta.vllm_args = list(outcome.plan.vllm_args)  # what would be served, refused or not
+        if refuse:
+            refuse_unservable("preflight", outcome.audit, outcome.plan)
+    name_run(record.meta.profile, record.meta.host, outcome.commit)
+    return outcome
+
+
+def refuse_unservable(stage_name: str, audit: AuditReport, plan: PlanReport) -> None:
+    """Raise what stops a run: the error findings (``StageFailed``), else the plan's refusal (``PlanRefused``)."""
+    if audit.errors:
+        raise StageFailed(stage_name, "; ".join(f"{f.code}: {f.message}" for f in audit.errors))
+    refusal = plan.refusal()
+    if refusal is not None:
+        raise PlanRefused(*refusal)
+
+
+# --- 2. download ------------------------------------------------------------------------------------
 
 
 class Checkpoint(BaseModel):
@@ -130,19 +183,15 @@ class Checkpoint(BaseModel):
     download: DownloadResult
 
 
-def download_stage(record: RunRecord, prof: ModelProfile) -> Checkpoint:
-    """Fetch and verify the profile's repo at the record's revision into its checkpoint directory.
+def download_stage(record: RunRecord, prof: ModelProfile, endpoint: str | None = None) -> Checkpoint:
+    """Fetch and verify the profile's repo at the record's revision (the preflight's commit when it ran)
+    into its checkpoint directory, from ``endpoint`` (:func:`hub_source`).
 
-    The embedded demo model is generated and served from a local Hub mirror for the download only.
     The Hub token comes from the profile's Secret block (``hf_token_secret``), else ``HF_TOKEN``.
     """
-    with stage(record, "download") as st, contextlib.ExitStack() as mirror:
-        endpoint = None
-        if prof.demo:
-            hub = local_hub_task(prof)
-            mirror.callback(hub.stop)
-            endpoint = hub.endpoint
-        state = download_task(prof, record.meta.revision, str(checkpoint_dir(prof.repo_id)), endpoint=endpoint,
+    with stage(record, "download") as st:
+        revision = record.meta.commit or record.meta.revision  # the commit the preflight audited
+        state = download_task(prof, revision, str(checkpoint_dir(prof.repo_id)), endpoint=endpoint,
                               token_secret=prof.hf_token_secret, return_state=True)
         result: DownloadResult = state.result()
         record.meta.commit = result.commit
@@ -154,7 +203,7 @@ def download_stage(record: RunRecord, prof: ModelProfile) -> Checkpoint:
     return Checkpoint(model_dir=Path(result.local_dir), commit=result.commit, cached=st.cached, download=result)
 
 
-# --- 2. audit and plan ------------------------------------------------------------------------------
+# --- 3. audit and plan ------------------------------------------------------------------------------
 
 
 class ServePlan(BaseModel):
@@ -167,15 +216,18 @@ class ServePlan(BaseModel):
 
 
 def audit_stage(record: RunRecord, prof: ModelProfile, host: HostProfile, checkpoint: Checkpoint,
-                overrides: list[str] | None = None) -> ServePlan:
-    """Audit the headers and plan vLLM's arguments with the profile's and this run's overrides.
+                overrides: list[str] | None = None, preflight: PreflightOutcome | None = None) -> ServePlan:
+    """Audit the headers on disk and plan vLLM's arguments with the profile's and this run's overrides.
 
-    Stops the run (``StageFailed`` at ``audit``) on an error finding, and (``PlanRefused``) when the
-    plan says vLLM would refuse to start or the host cannot hold it: no cold load is spent on either.
+    With the ``preflight`` that read this commit from the Hub, every shard's header on disk must equal
+    the header it read (HEADER_CHANGED otherwise). Stops the run (``StageFailed`` at ``audit``) on an
+    error finding, and (``PlanRefused``) when the plan says vLLM would refuse to start or the host
+    cannot hold it: no cold load is spent on either.
     """
     logger = get_run_logger()
+    expected = preflight.header_digests if preflight is not None and preflight.commit == checkpoint.commit else None
     with stage(record, "audit") as st:
-        audit_state = audit_task(str(checkpoint.model_dir), host.name, return_state=True)
+        audit_state = audit_task(str(checkpoint.model_dir), host.name, expected, return_state=True)
         audit: AuditReport = audit_state.result()
         inputs = prof.plan_inputs(overrides)
         plan_state = plan_task(str(checkpoint.model_dir), host.name, audit, inputs, return_state=True)
@@ -187,13 +239,10 @@ def audit_stage(record: RunRecord, prof: ModelProfile, host: HostProfile, checkp
         st.cached = audit_state.name == "Cached" and plan_state.name == "Cached"
         if st.cached:
             logger.info("audit and plan: cached (checkpoint files unchanged since they were computed)")
-        if audit.errors:
-            raise StageFailed("audit", "; ".join(f"{f.code}: {f.message}" for f in audit.errors))
         vllm_args = list(plan.vllm_args)  # derived + the profile's serving settings + overrides
-        record.meta.vllm_args = vllm_args
-        refusal = plan.refusal()
-        if refusal is not None:
-            raise PlanRefused(*refusal)
+        if not audit.errors:
+            record.meta.vllm_args = vllm_args
+        refuse_unservable("audit", audit, plan)
     return ServePlan(audit=audit, plan=plan, vllm_args=vllm_args, cached=st.cached)
 
 

@@ -87,7 +87,8 @@ def _key(kind: str, model_dir: str, host: HostProfile, extra: Any) -> str:
 
 
 def audit_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
-    return _key("audit", parameters["model_dir"], load_host(parameters["host_name"]), None)
+    return _key("audit", parameters["model_dir"], load_host(parameters["host_name"]),
+                {"expected_headers": parameters.get("expected_headers")})
 
 
 def server_env(host: HostProfile) -> dict[str, str] | None:
@@ -109,15 +110,24 @@ def plan_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
     return _key("plan", parameters["model_dir"], host, extra)
 
 
-@task(name="audit", cache_key_fn=audit_cache_key, persist_result=True, result_serializer="pickle")
-def audit_task(model_dir: str, host_name: str) -> AuditReport:
-    """``roost audit --json`` for ``model_dir`` on host ``host_name``; error findings are in the result, not raised."""
+def log_findings(report: AuditReport) -> None:
+    """Each finding on the run's log, at the level of its severity."""
     logger = get_run_logger()
-    host = load_host(host_name)
-    report = audit_for_host(Path(model_dir), host)
     for f in report.findings:
         log = logger.error if f.severity == "error" else logger.warning if f.severity == "warning" else logger.info
         log("%s: %s", f.code, f.message)
+
+
+@task(name="audit", cache_key_fn=audit_cache_key, persist_result=True, result_serializer="pickle")
+def audit_task(model_dir: str, host_name: str, expected_headers: dict[str, str] | None = None) -> AuditReport:
+    """``roost audit --json`` for ``model_dir`` on host ``host_name``; error findings are in the result, not raised.
+
+    ``expected_headers`` (shard -> digest, from the preflight): a shard whose header on disk differs is
+    a HEADER_CHANGED finding."""
+    logger = get_run_logger()
+    host = load_host(host_name)
+    report = audit_for_host(Path(model_dir), host, expected_headers=expected_headers)
+    log_findings(report)
     logger.info(
         "audited %s: %d tensors in %d shard(s), %.2f GB/token -> %.1f tok/s ceiling on %s (%.3f s)",
         model_dir, report.tensor_count, report.shard_count, report.decode_bytes_per_token / 1e9,

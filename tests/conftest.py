@@ -22,6 +22,10 @@ _SESSION_DIR = Path(tempfile.mkdtemp(prefix="roost-tests-"))
 os.environ.setdefault("ROOST_VLLM_PYTHON", str(Path.home() / ".cache" / "roost" / "vllm-venv" / "bin" / "python"))
 os.environ["ROOST_HOME"] = str(_SESSION_DIR / "roost-home")
 os.environ["ROOST_RESULTS_DIR"] = str(_SESSION_DIR / "results")
+# One compile cache for every vLLM the session starts on this machine (process backend; containers keep
+# theirs): a server with the model and arguments of an earlier one loads its compiled entry instead of
+# compiling again (vLLM's hash ignores the port, the served name and VLLM_API_KEY); never the user's own.
+os.environ["VLLM_CACHE_ROOT"] = str(_SESSION_DIR / "vllm-cache")
 os.environ["PREFECT_HOME"] = str(_SESSION_DIR / "prefect-home")
 os.environ.pop("PREFECT_API_URL", None)
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
@@ -143,8 +147,8 @@ class VllmServerInfo:
 def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]:
     """A real vLLM CPU server for the tiny model, with an API key; shared by the whole session.
 
-    Started through the process backend on a host named ``test-session`` (its state file says so), with
-    a compile cache of its own under the session directory."""
+    Started through the process backend on a host named ``test-session`` (its state file says so), on
+    the session's compile cache."""
     from roost.hosts import CPU
     from roost.net import free_port
     from roost.serve.base import ServeSpec
@@ -154,7 +158,7 @@ def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]
     key = "test-key-" + os.urandom(6).hex()
     spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(),
                      vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048"],
-                     log_path=session_dir / "vllm-session.log", env={"VLLM_CACHE_ROOT": str(session_dir / "vllm-cache")})
+                     log_path=session_dir / "vllm-session.log", env={"VLLM_CACHE_ROOT": os.environ["VLLM_CACHE_ROOT"]})
     backend = ProcessBackend(CPU.model_copy(update={"name": "test-session"}))
     server = backend.start(spec, key, backend.prepare())
     try:

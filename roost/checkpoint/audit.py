@@ -14,10 +14,12 @@ naming a tensor its shard lacks, a layer gap) are findings with severity ``error
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from roost.checkpoint.checks import CHECKS, Check
+from roost.checkpoint.files import CheckpointFiles
 from roost.checkpoint.model import Checkpoint, read_checkpoint
 from roost.records import Finding
 
@@ -31,9 +33,15 @@ class CheckpointAudit:
     seconds: float
 
 
-def audit_checkpoint(path: Path, checks: tuple[Check, ...] = CHECKS) -> CheckpointAudit:
-    """Read the checkpoint in directory ``path`` (headers and config only) and run ``checks`` on it."""
+def audit_checkpoint(
+    path: Path | CheckpointFiles,
+    checks: tuple[Check, ...] = CHECKS,
+    *,
+    expected_headers: Mapping[str, str] | None = None,
+) -> CheckpointAudit:
+    """Read the checkpoint (a directory, or the files a Hub preflight fetched: headers and config only)
+    and run ``checks`` on it. ``expected_headers``: the header digests a preflight read (HEADER_CHANGED)."""
     t0 = time.perf_counter()
-    ck = read_checkpoint(path)
+    ck = read_checkpoint(path, expected_headers)
     findings = [f for check in checks for f in check(ck)]
     return CheckpointAudit(ck, findings, time.perf_counter() - t0)

@@ -3,7 +3,8 @@
 ``CHECKS`` runs in this order (the order findings are reported in); codes are stable, scripts match
 on them:
 
-- ``check_shards``: MISSING_SHARD (error), UNINDEXED_SHARD (warning), INDEX_MISSING (warning)
+- ``check_shards``: MISSING_SHARD (error), UNINDEXED_SHARD (warning), INDEX_MISSING (warning),
+  HEADER_CHANGED (error: a shard's header on disk is not the one the Hub preflight read)
 - ``check_duplicates``: DUPLICATE_TENSOR (error)
 - ``check_index_entries``: INDEX_SHARD_MISMATCH (error)
 - ``check_layers``: LAYER_GAP, LAYER_OUT_OF_RANGE, LAYER_TYPE_MISMATCH, LAYER_INCOMPLETE (errors)
@@ -61,7 +62,7 @@ def _ranges(nums: list[int]) -> str:
 def check_shards(ck: Checkpoint) -> list[Finding]:
     """The shards the index names against the shards on disk."""
     out = [
-        _finding("MISSING_SHARD", "error", f"{s} is named by the index for {n:,} tensors but is not in {ck.path}; re-download it")
+        _finding("MISSING_SHARD", "error", f"{s} is named by the index for {n:,} tensors but is not in {ck.location}; re-download it")
         for s, n in ck.missing_shards.items()
     ]
     if ck.unindexed_shards:
@@ -75,6 +76,13 @@ def check_shards(ck: Checkpoint) -> list[Finding]:
         out.append(_finding(
             "INDEX_MISSING", "warning",
             f"{len(ck.shards_on_disk)} shards but no {INDEX_NAME}; vLLM will load every *.safetensors file",
+        ))
+    if ck.header_changed:
+        out.append(_finding(
+            "HEADER_CHANGED", "error",
+            f"{len(ck.header_changed)} shard(s) in {ck.location} ({_examples(ck.header_changed)}) have a header other "
+            "than the one the preflight read from the Hub: what was downloaded is not what was audited — delete "
+            "them and run again",
         ))
     return out
 
@@ -234,7 +242,7 @@ def check_quantization(ck: Checkpoint) -> list[Finding]:
     q = ck.config.quantization or {}
     group_size = q.get("group_size") or 16
     if type(group_size) is not int or group_size <= 0:
-        raise UserError(f"{ck.path / 'config.json'}: quantization_config.group_size must be a positive integer, "
+        raise UserError(f"{ck.location}/config.json: quantization_config.group_size must be a positive integer, "
                         f"got {group_size!r}")
     nvfp4_issues: list[str] = []
     fp8_unscaled: list[str] = []

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from roost.checkpoint.files import CheckpointFiles, LocalFiles
 from roost.errors import UserError
 
 LayerType = Literal["full_attention", "linear_attention", "sliding_attention"]
@@ -73,25 +74,31 @@ def _first(d: Mapping[str, Any], *keys: str) -> Any:
 
 def load_config(model_dir: Path) -> ModelConfigInfo:
     """Parse ``model_dir/config.json`` (and ``hf_quant_config.json`` when ModelOpt ships one)."""
-    path = model_dir / "config.json"
-    if not path.is_file():
-        raise UserError(f"{path}: not found; a Hugging Face checkpoint directory needs its config.json")
+    return config_of(LocalFiles(model_dir))
+
+
+def config_of(files: CheckpointFiles) -> ModelConfigInfo:
+    """Parse the checkpoint's ``config.json`` (and ``hf_quant_config.json`` when ModelOpt ships one)."""
+    where = files.where("config.json")
+    data = files.read_small("config.json")
+    if data is None:
+        raise UserError(f"{where}: not found; a Hugging Face checkpoint directory needs its config.json")
     try:
-        raw = json.loads(path.read_bytes())
+        raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}); re-download config.json") from None
+        raise UserError(f"{where}: not valid JSON ({exc}); re-download config.json") from None
     if not isinstance(raw, dict):
-        raise UserError(f"{path}: must be a JSON object")
-    quant_path = model_dir / "hf_quant_config.json"
+        raise UserError(f"{where}: must be a JSON object")
     extra_quant: dict[str, Any] | None = None
-    if quant_path.is_file():
+    quant = files.read_small("hf_quant_config.json")
+    if quant is not None:
         try:
-            q = json.loads(quant_path.read_bytes())
+            q = json.loads(quant)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{quant_path}: not valid JSON ({exc})") from None
+            raise UserError(f"{files.where('hf_quant_config.json')}: not valid JSON ({exc})") from None
         if isinstance(q, dict):
             extra_quant = q.get("quantization", q) if isinstance(q.get("quantization", q), dict) else None
-    return parse_config(raw, source=str(path), extra_quant=extra_quant)
+    return parse_config(raw, source=where, extra_quant=extra_quant)
 
 
 def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quant: dict[str, Any] | None = None) -> ModelConfigInfo:

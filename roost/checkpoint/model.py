@@ -1,7 +1,8 @@
 """A checkpoint as the audit sees it: config, index and shard headers read once, every tensor classified.
 
 ``read_checkpoint(path)`` reads ``config.json``, ``model.safetensors.index.json`` and every indexed
-shard's header (never tensor data) and keeps the facts the checks (:mod:`roost.checkpoint.checks`)
+shard's header (never tensor data), from a directory or from what a Hub preflight fetched
+(:mod:`roost.checkpoint.files`), and keeps the facts the checks (:mod:`roost.checkpoint.checks`)
 and the plan (:mod:`roost.plan`) need: which shards the index names and which are on disk, where the
 index and the shards disagree, tensor counts and bytes by class and by dtype, the classes present in
 each language layer, the dtypes of each layer-relative name, the quantized modules, and the weight
@@ -21,11 +22,12 @@ to the checks.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path, PurePosixPath
@@ -35,7 +37,8 @@ import msgspec
 import orjson
 from pydantic import BaseModel, Field
 
-from roost.checkpoint.config import ModelConfigInfo, load_config
+from roost.checkpoint.config import ModelConfigInfo, config_of
+from roost.checkpoint.files import CheckpointFiles, LocalFiles
 from roost.checkpoint.layout import (
     SCALE_ROLES,
     TENSOR_CLASSES,
@@ -52,7 +55,6 @@ from roost.checkpoint.safetensors_header import (
     ShardHeader,
     TensorEntry,
     paused_gc,
-    read_header,
 )
 from roost.errors import UserError
 
@@ -101,9 +103,10 @@ class TensorStats:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """What one checkpoint directory holds, read from its config, index and headers."""
+    """What one checkpoint holds, read from its config, index and headers."""
 
-    path: Path
+    location: str  # the directory, or hf://OWNER/NAME@COMMIT for a preflight from the Hub
+    name: str  # the default served model name: the directory's or the repository's
     config: ModelConfigInfo
     index: dict[str, str] | None  # the index's weight_map (None: no index file)
     shards_on_disk: list[str]
@@ -113,6 +116,7 @@ class Checkpoint:
     duplicates: list[str]  # "name (shard, shard)" for a tensor stored twice
     index_absent: list[str]  # "name -> shard": indexed, but not in the (read) shard the index names
     index_extra: list[str]  # "name in shard": in a shard, not in the index
+    header_changed: list[str]  # shards whose header differs from the one a preflight read (when given)
     tensors: TensorStats
 
     @property
@@ -180,21 +184,21 @@ class _IndexFile(msgspec.Struct):
 _DECODE_INDEX = msgspec.json.Decoder(_IndexFile)
 
 
-def read_index(model_dir: Path) -> tuple[dict[str, str], list[str]] | None:
-    """The index's weight_map and the shards it names (sorted), each checked to stay inside ``model_dir``."""
-    path = model_dir / INDEX_NAME
-    if not path.is_file():
+def read_index(files: CheckpointFiles) -> tuple[dict[str, str], list[str]] | None:
+    """The index's weight_map and the shards it names (sorted), each checked to stay inside the checkpoint."""
+    raw = files.read_small(INDEX_NAME)
+    if raw is None:
         return None
-    raw = path.read_bytes()
+    where = files.where(INDEX_NAME)
     try:  # the typed decoder checks the document's shape in C
         with paused_gc():
             wm = _DECODE_INDEX.decode(raw).weight_map
     except msgspec.MsgspecError:
-        wm = _weight_map_or_why(path, raw)
-    return _checked_index(path, wm)
+        wm = _weight_map_or_why(where, raw)
+    return _checked_index(where, wm)
 
 
-def _weight_map_or_why(path: Path, raw: bytes) -> dict[str, str]:
+def _weight_map_or_why(where: str, raw: bytes) -> dict[str, str]:
     """The weight map of an index the typed decoder refused, read by orjson, or the UserError saying
     what is wrong with it."""
     try:
@@ -203,52 +207,52 @@ def _weight_map_or_why(path: Path, raw: bytes) -> dict[str, str]:
         try:  # the standard library's message names the line and column
             obj = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{path}: not valid JSON ({exc}); re-download the index") from None
+            raise UserError(f"{where}: not valid JSON ({exc}); re-download the index") from None
     wm = obj.get("weight_map") if isinstance(obj, dict) else None
     if not isinstance(wm, dict) or not all(type(v) is str for v in wm.values()):
-        raise UserError(f"{path}: needs a 'weight_map' object mapping tensor names to shard file names")
+        raise UserError(f"{where}: needs a 'weight_map' object mapping tensor names to shard file names")
     return wm
 
 
-def _checked_index(path: Path, wm: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+def _checked_index(where: str, wm: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """The weight map and its shards (sorted), each checked to stay inside the checkpoint directory."""
     shards = set(wm.values())
     for shard in shards:
         p = PurePosixPath(shard)
         if p.is_absolute() or ".." in p.parts or "\\" in shard or not shard:
             raise UserError(
-                f"{path}: weight_map names shard {shard!r}, a path outside the checkpoint directory; "
+                f"{where}: weight_map names shard {shard!r}, a path outside the checkpoint directory; "
                 "refusing to read it — the index is corrupt or hostile"
             )
     return wm, sorted(shards)
 
 
-def _shard_files(model_dir: Path) -> list[str]:
-    with os.scandir(model_dir) as it:
-        return sorted(e.name for e in it if e.name.endswith(".safetensors") and e.is_file())
+def read_checkpoint(path: Path | CheckpointFiles, expected_headers: Mapping[str, str] | None = None) -> Checkpoint:
+    """Read a checkpoint: config, index and shard headers (no tensor data).
 
-
-def read_checkpoint(path: Path) -> Checkpoint:
-    """Read the checkpoint in directory ``path``: config, index and shard headers (no tensor data)."""
-    model_dir = Path(path)
-    if not model_dir.exists():
-        raise UserError(f"{model_dir}: no such directory; pass the checkpoint directory (config.json + *.safetensors)")
-    if not model_dir.is_dir():
-        raise UserError(f"{model_dir}: not a directory; pass the checkpoint directory, not a file")
-    on_disk = _shard_files(model_dir)
-    if not on_disk and not (model_dir / "config.json").exists() and not (model_dir / INDEX_NAME).exists():
-        raise UserError(f"{model_dir}: empty checkpoint directory (no config.json, no *.safetensors); download the model first")
-    cfg = load_config(model_dir)
+    ``path``: a checkpoint directory, or the files a Hub preflight fetched (:class:`FetchedFiles`).
+    ``expected_headers`` (shard -> sha256 of its header, from a preflight): each shard read whose
+    header differs is listed in ``Checkpoint.header_changed``.
+    """
+    files: CheckpointFiles
+    if isinstance(path, str | os.PathLike):
+        local = LocalFiles(Path(path))
+        local.check()
+        files = local
+    else:
+        files = path
+    on_disk = files.shard_names()
+    cfg = config_of(files)
     # The headers' ~100k dicts and lists are freed before the collector resumes (see the module docstring).
     with paused_gc():
-        index_and_shards = read_index(model_dir)
+        index_and_shards = read_index(files)
         index: dict[str, str] | None = None
         missing: dict[str, int] = {}
         unindexed: list[str] = []
         if index_and_shards is not None:
             index, indexed = index_and_shards
             on_disk_set = set(on_disk)
-            gone = [s for s in indexed if s not in on_disk_set and not (model_dir / s).is_file()]
+            gone = [s for s in indexed if s not in on_disk_set and not files.has(s)]
             if gone:
                 per_shard = Counter(index.values())
                 missing = {s: per_shard[s] for s in gone}
@@ -256,16 +260,27 @@ def read_checkpoint(path: Path) -> Checkpoint:
             to_read = [s for s in indexed if s not in missing]
         else:
             if not on_disk:
-                raise UserError(f"{model_dir}: no *.safetensors files; roost audits safetensors checkpoints only")
+                raise UserError(f"{files.location}: no *.safetensors files; roost audits safetensors checkpoints only")
             to_read = on_disk
-        headers = [read_header(model_dir / s) for s in to_read]
-        checkpoint = _build(model_dir, cfg, index, on_disk, to_read, missing, unindexed, headers)
+        headers = files.read_headers(to_read)
+        changed = [] if expected_headers is None else header_changes(to_read, headers, expected_headers)
+        checkpoint = _build(files, cfg, index, on_disk, to_read, missing, unindexed, headers, changed)
         del headers
     return checkpoint
 
 
+def header_digest(raw: bytes) -> str:
+    """The sha256 of a header's JSON bytes: how a preflight's header is compared with the downloaded file's."""
+    return hashlib.sha256(raw).hexdigest()
+
+
+def header_changes(names: Sequence[str], headers: Sequence[ShardHeader], expected: Mapping[str, str]) -> list[str]:
+    """The shards of ``names`` whose header is not the one ``expected`` records (shards it lacks included)."""
+    return [n for n, h in zip(names, headers, strict=True) if expected.get(n) != header_digest(h.raw)]
+
+
 def _build(
-    model_dir: Path,
+    files: CheckpointFiles,
     cfg: ModelConfigInfo,
     index: dict[str, str] | None,
     on_disk: list[str],
@@ -273,6 +288,7 @@ def _build(
     missing: dict[str, int],
     unindexed: list[str],
     headers: list[ShardHeader],
+    header_changed: list[str],
 ) -> Checkpoint:
     tensors: dict[str, RawEntry] = {}
     for h in headers:
@@ -301,7 +317,8 @@ def _build(
         absent = [f"{n} -> {s}" for n, s in index.items() if s in read_set and owner.get(n) != s]
         extra = [f"{n} in {s}" for n, s in owner.items() if n not in index]
     return Checkpoint(
-        path=model_dir,
+        location=files.location,
+        name=files.name,
         config=cfg,
         index=index,
         shards_on_disk=on_disk,
@@ -311,6 +328,7 @@ def _build(
         duplicates=duplicates,
         index_absent=absent,
         index_extra=extra,
+        header_changed=header_changed,
         tensors=_classify(cfg, tensors, dtypes, sizes),
     )
 

@@ -128,13 +128,14 @@ class ShardHeader:
     anyway, and the audit reads them as lists.
     """
 
-    path: Path
+    path: Path | str  # a local file, or hf://OWNER/NAME@COMMIT/FILE for a header read over HTTP
     file_size: int
     header_len: int
     metadata: dict[str, str]
     tensors: dict[str, RawEntry]  # validated entries, in header order
     dtypes: list[str]  # dtype of each tensor
     sizes: list[int]  # byte span of each tensor
+    raw: bytes  # the header's JSON exactly as stored (a preflight's header is compared with the download's)
 
     @property
     def data_offset(self) -> int:
@@ -174,22 +175,7 @@ def read_header(path: Path) -> ShardHeader:
     try:
         file_size = os.fstat(fd).st_size
         head = os.pread(fd, _FIRST_READ, 0)
-        if file_size < 8 or len(head) < 8:
-            raise HeaderError(
-                f"{path}: truncated: {file_size} bytes, shorter than the 8-byte header length; "
-                "re-download this shard"
-            )
-        header_len = int.from_bytes(head[:8], "little")
-        if header_len > file_size - 8:
-            raise HeaderError(
-                f"{path}: header length {header_len:,} is larger than the file allows "
-                f"({file_size - 8:,} bytes after the length prefix); the file is truncated or not safetensors — "
-                "re-download it"
-            )
-        if header_len > MAX_HEADER_BYTES:
-            raise HeaderError(f"{path}: header length {header_len:,} exceeds safetensors' 100 MB limit; not a safetensors file")
-        if header_len < 2:
-            raise HeaderError(f"{path}: header length {header_len} is too small to hold a JSON object")
+        header_len = header_length(path, head, file_size, "re-download it")
         raw = head[8 : 8 + header_len]
         if len(raw) < header_len:
             raw += os.pread(fd, header_len - len(raw), 8 + len(raw))
@@ -200,7 +186,25 @@ def read_header(path: Path) -> ShardHeader:
     return parse_header(path, raw, file_size)
 
 
-def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
+def header_length(where: Path | str, prefix: bytes, file_size: int, remedy: str) -> int:
+    """The header length the file's first 8 bytes declare, checked against the file's size and
+    safetensors' limits (a HeaderError naming ``where`` and ending with ``remedy`` otherwise)."""
+    if file_size < 8 or len(prefix) < 8:
+        raise HeaderError(f"{where}: truncated: {file_size} bytes, shorter than the 8-byte header length; {remedy}")
+    n = int.from_bytes(prefix[:8], "little")
+    if n > file_size - 8:
+        raise HeaderError(
+            f"{where}: header length {n:,} is larger than the file allows ({file_size - 8:,} bytes after the "
+            f"length prefix); the file is truncated or not safetensors — {remedy}"
+        )
+    if n > MAX_HEADER_BYTES:
+        raise HeaderError(f"{where}: header length {n:,} exceeds safetensors' 100 MB limit; not a safetensors file")
+    if n < 2:
+        raise HeaderError(f"{where}: header length {n} is too small to hold a JSON object")
+    return n
+
+
+def parse_header(path: Path | str, raw: bytes, file_size: int) -> ShardHeader:
     """Validate an already-read header (``raw`` = the JSON bytes) against the file size.
 
     The fast path decodes typed entries and checks them all with C-level passes; when the decoder or
@@ -221,10 +225,10 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> ShardHeader:
     return _shard(path, raw, file_size, metadata, tensors, *valid)
 
 
-def _shard(path: Path, raw: bytes, file_size: int, metadata: dict[str, str], tensors: dict[str, RawEntry],
+def _shard(path: Path | str, raw: bytes, file_size: int, metadata: dict[str, str], tensors: dict[str, RawEntry],
            dtypes: list[str], sizes: list[int]) -> ShardHeader:
     return ShardHeader(path=path, file_size=file_size, header_len=len(raw), metadata=metadata, tensors=tensors,
-                       dtypes=dtypes, sizes=sizes)
+                       dtypes=dtypes, sizes=sizes, raw=raw)
 
 
 def _fast_parse(raw: bytes) -> tuple[dict[str, RawEntry], dict[str, str]] | None:
@@ -249,7 +253,7 @@ def _fast_parse(raw: bytes) -> tuple[dict[str, RawEntry], dict[str, str]] | None
         return None
 
 
-def _slow_parse(path: Path, raw: bytes, data_bytes: int) -> tuple[dict[str, RawEntry], dict[str, str]]:
+def _slow_parse(path: Path | str, raw: bytes, data_bytes: int) -> tuple[dict[str, RawEntry], dict[str, str]]:
     """Parse with orjson, walk every entry (raising a HeaderError naming the first problem) and
     return the typed entries and the metadata."""
     try:
@@ -312,7 +316,7 @@ def _fast_valid(tensors: dict[str, RawEntry], data_bytes: int) -> tuple[list[str
     return (dtypes, spans) if tiled else None
 
 
-def _slow_validate(path: Path, obj: dict[str, Any], data_bytes: int) -> None:
+def _slow_validate(path: Path | str, obj: dict[str, Any], data_bytes: int) -> None:
     """Walk the entries one by one and raise a HeaderError naming the first problem."""
     bits_of = DTYPE_BITS
     spans: list[tuple[int, int, str]] = []
@@ -353,7 +357,7 @@ def _slow_validate(path: Path, obj: dict[str, Any], data_bytes: int) -> None:
     _check_tiling(path, spans, data_bytes)
 
 
-def _check_tiling(path: Path, spans: list[tuple[int, int, str]], data_bytes: int) -> None:
+def _check_tiling(path: Path | str, spans: list[tuple[int, int, str]], data_bytes: int) -> None:
     """Spans must tile [0, data_bytes) exactly: sorted by begin, each starts where the previous ended."""
     spans.sort()
     pos = 0

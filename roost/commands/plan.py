@@ -1,6 +1,10 @@
 """``roost plan PATH --kv-cache-memory-bytes N`` / ``roost plan PATH --profile P``: predict vLLM's
 KV-cache sizing before serving; with a profile, the server's whole argument list too.
 
+PATH may be ``hf://OWNER/NAME[@REVISION]`` (read from the Hub without downloading a weight byte; the
+JSON adds ``repo_id``, ``commit`` and ``bytes_fetched``); ``--profile P`` with no PATH plans that
+profile's repository and revision on the Hub.
+
 Prints the block size, the "KV cache size: N tokens" and "Maximum concurrency" figures vLLM will log,
 the smallest pool that holds one full-length request, and whether weights + pool fit the host.
 Exit 0 when one full-length request fits the pool and the host budget, 1 when not, 2 for bad input.
@@ -8,7 +12,6 @@ Exit 0 when one full-length request fits the pool and the host budget, 1 when no
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,7 +21,10 @@ from roost.errors import UserError
 
 
 def plan(
-    path: Annotated[Path, typer.Argument(help="Checkpoint directory (config.json + *.safetensors).")],
+    path: Annotated[str | None, typer.Argument(
+        help="Checkpoint directory (config.json + *.safetensors), or hf://OWNER/NAME[@REVISION] to read it "
+        "from the Hub without downloading it; with --profile and no PATH, the profile's repository.",
+        show_default=False)] = None,
     kv_cache_memory_bytes: Annotated[
         int | None, typer.Option("--kv-cache-memory-bytes", help="KV pool in bytes, as passed to vLLM "
                                  "(default with --profile: the profile's).", min=1)
@@ -38,10 +44,10 @@ def plan(
     """Predict vLLM's KV-cache sizing and check the fit for one checkpoint, pool and host."""
     # Imported here, not at module level: every roost command loads this module at start, and CLI
     # start time is measured (the plan pulls in the audit, pydantic models and orjson).
+    from roost.commands._target import audit_target
     from roost.hosts import get_host
     from roost.plan.inputs import PlanInputs
     from roost.plan.preflight import plan_checkpoint
-    from roost.plan.report import audit_for_host
     from roost.profiles import get_profile
 
     if profile is None and kv_cache_memory_bytes is None:
@@ -51,14 +57,14 @@ def plan(
     inputs = prof.plan_inputs() if prof is not None else PlanInputs()
     inputs = inputs.model_copy(update={k: v for k, v in (("kv_cache_memory_bytes", kv_cache_memory_bytes),
                                                          ("max_model_len", max_model_len)) if v is not None})
-    result = plan_checkpoint(audit_for_host(path, target), target, inputs)
+    result = plan_checkpoint(audit_target(path, prof, target), target, inputs)
     if as_json:
         echo_json(result.to_json())
     else:
         typer.echo(result.summary())
     refusal = result.refusal()
     if refusal is not None:
-        raise fail(f"{path}: {refusal[1]}", 1)
+        raise fail(f"{result.path}: {refusal[1]}", 1)
 
 
 def register(app: typer.Typer) -> None:

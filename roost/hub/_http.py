@@ -25,8 +25,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from huggingface_hub import HfApi, get_token, hf_hub_download
-from huggingface_hub.hf_api import RepoFile
+from huggingface_hub import get_token, hf_hub_download
 from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
@@ -41,7 +40,6 @@ from roost.hub.errors import (
     TransferIncomplete,
     is_transient,
     short_fault,
-    status_error,
     to_roost_error,
 )
 from roost.hub.integrity import HubFile
@@ -120,10 +118,11 @@ def with_retries(
                 marker = now
             failures += 1
             if failures >= policy.attempts:
+                kept = " (finished files and partial transfers are kept and resumed)" if ctx.stage == "download" else ""
                 raise HubUnreachable(
                     f"{what}: {policy.attempts} attempts failed, last with {short_fault(exc)}; "
-                    f"check that {ctx.endpoint} is reachable and run again (finished files and partial "
-                    "transfers are kept and resumed)"
+                    f"check that {ctx.endpoint} is reachable and run again{kept}",
+                    ctx.stage,
                 ) from None
             delay = policy.delay(failures)
             log.warning(
@@ -153,11 +152,14 @@ class HubClient:
         *,
         policy: RetryPolicy | None = None,
         timeout: float = 30.0,
+        stage: str = "download",
     ) -> None:
         self.endpoint = endpoint
+        self.stage = stage
         self.policy = policy or RetryPolicy()
         self._token = token
-        self._api = HfApi(endpoint=endpoint, token=token if token else False, library_name="roost")
+        self._lock = threading.Lock()
+        self._bytes_read = 0
         headers = {"user-agent": "roost"}
         if token:
             headers["authorization"] = f"Bearer {token}"
@@ -177,7 +179,34 @@ class HubClient:
         self._http.close()
 
     def context(self, repo_id: str, revision: str, path: str | None = None) -> FaultContext:
-        return FaultContext(repo_id, revision, self.endpoint, self.has_token, path)
+        return FaultContext(repo_id, revision, self.endpoint, self.has_token, path, self.stage)
+
+    @property
+    def bytes_read(self) -> int:
+        """Body bytes this client has read from the network (API answers, metadata, headers, files)."""
+        return self._bytes_read
+
+    def _count(self, n: int) -> None:
+        with self._lock:
+            self._bytes_read += n
+
+    def _get_json(self, url: str, params: dict[str, str] | None = None) -> tuple[Any, httpx.Response]:
+        """GET a Hub API answer: the decoded JSON and the response (for its pagination links)."""
+        r = self._http.get(url, params=params)
+        self._count(r.num_bytes_downloaded)
+        if r.status_code >= 400:
+            raise HubStatusError.from_response(r)
+        try:
+            return r.json(), r
+        except ValueError:
+            raise UserError(
+                f"{self.endpoint} answered {url.split('?', 1)[0]} with something other than JSON "
+                f"(HTTP {r.status_code}, {r.headers.get('content-type', 'no content type')}); "
+                "check HF_ENDPOINT points at a Hugging Face Hub"
+            ) from None
+
+    def _api(self, repo_id: str, *parts: str) -> str:
+        return "/".join([f"{self.endpoint}/api/models/{repo_id}", *(quote(p, safe="") for p in parts)])
 
     def resolve(self, repo_id: str, revision: str) -> str:
         """The commit sha ``revision`` (branch, tag, or commit) points at.
@@ -188,16 +217,15 @@ class HubClient:
         if is_full_sha(revision):
             return revision
         ctx = self.context(repo_id, revision)
-        refs = with_retries(
-            lambda: self._api.list_repo_refs(repo_id),
+        refs, _ = with_retries(
+            lambda: self._get_json(self._api(repo_id, "refs")),
             what=f"listing refs of {repo_id}",
             ctx=ctx,
             policy=self.policy,
         )
-        names = {
-            **{t.name: t.target_commit for t in refs.tags},
-            **{b.name: b.target_commit for b in refs.branches},
-        }
+        branches = {b["name"]: b["targetCommit"] for b in refs.get("branches") or []}
+        tags = {t["name"]: t["targetCommit"] for t in refs.get("tags") or []}
+        names = {**tags, **branches}
         name = revision
         for prefix in ("refs/heads/", "refs/tags/"):
             if revision.startswith(prefix):
@@ -206,8 +234,7 @@ class HubClient:
             return str(names[name])
         not_found = UserError(
             f"revision {revision!r} does not exist in {repo_id} (branches: "
-            f"{', '.join(sorted(b.name for b in refs.branches)) or 'none'}; tags: "
-            f"{', '.join(sorted(t.name for t in refs.tags)) or 'none'}): "
+            f"{', '.join(sorted(branches)) or 'none'}; tags: {', '.join(sorted(tags)) or 'none'}): "
             "pass an existing branch, tag or full commit sha with --revision"
         )
         if not re.fullmatch(r"[0-9a-fA-F]{4,39}", revision):
@@ -215,35 +242,35 @@ class HubClient:
 
         def lookup() -> Any:
             try:
-                return self._api.model_info(repo_id, revision=revision)
-            except Exception as exc:
-                status = status_error(exc)
-                if status is not None and status.status in (401, 404) and status.code != "GatedRepo":
+                return self._get_json(self._api(repo_id, "revision", revision))[0]
+            except HubStatusError as exc:
+                if exc.status in (401, 404) and exc.code != "GatedRepo":
                     raise not_found from None  # the repo exists (its refs listed): the revision does not
                 raise
 
         info = with_retries(lookup, what=f"resolving {repo_id}@{revision}", ctx=ctx, policy=self.policy)
-        if not info.sha:
+        sha = info.get("sha") if isinstance(info, dict) else None
+        if not isinstance(sha, str) or not is_full_sha(sha):
             raise UserError(
                 f"{self.endpoint} did not say which commit {repo_id}@{revision} is; pass a full commit sha"
             )
-        return str(info.sha)
+        return sha
 
-    def list_files(self, repo_id: str, commit: str) -> list[HubFile]:
-        """Every file at ``commit`` with size, git blob id and (for LFS) sha256."""
+    def list_files(self, repo_id: str, commit: str, *, recursive: bool = True) -> list[HubFile]:
+        """Every file at ``commit`` (only the top level unless ``recursive``) with size, git blob id and
+        (for LFS) sha256: the Hub's tree listing, page by page as its ``Link`` headers say."""
 
         def listing() -> list[HubFile]:
-            return [
-                HubFile(
-                    path=item.path,
-                    size=int(item.size),
-                    blob_id=item.blob_id,
-                    lfs_sha256=item.lfs.sha256 if item.lfs is not None else None,
-                    xet_hash=item.xet_hash,
-                )
-                for item in self._api.list_repo_tree(repo_id, revision=commit, recursive=True)
-                if isinstance(item, RepoFile)
-            ]
+            out: list[HubFile] = []
+            url: str | None = self._api(repo_id, "tree", commit)
+            params: dict[str, str] | None = {"recursive": "true" if recursive else "false", "expand": "false"}
+            while url:
+                page, r = self._get_json(url, params)
+                if not isinstance(page, list):
+                    raise UserError(f"{self.endpoint} listed {repo_id}@{commit[:12]} as something other than a list")
+                out += [_hub_file(item) for item in page if isinstance(item, dict) and item.get("type") == "file"]
+                url, params = r.links.get("next", {}).get("url"), None
+            return out
 
         return with_retries(
             listing,
@@ -254,6 +281,78 @@ class HubClient:
 
     def file_url(self, repo_id: str, commit: str, path: str) -> str:
         return f"{self.endpoint}/{repo_id}/resolve/{commit}/{quote(path)}"
+
+    def read_small(self, repo_id: str, commit: str, path: str, *, limit: int) -> bytes:
+        """The whole of a small file at ``commit`` (a config, an index), refused beyond ``limit`` bytes."""
+        with self._http.stream("GET", self.file_url(repo_id, commit, path)) as r:
+            if r.status_code >= 400:
+                r.read()
+                self._count(r.num_bytes_downloaded)
+                raise HubStatusError.from_response(r)
+            body = bytearray()
+            try:
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) > limit:
+                        raise UserError(
+                            f"hf://{repo_id}@{commit}/{path}: larger than {limit:,} bytes; not a metadata file "
+                            "roost can audit"
+                        )
+            finally:
+                self._count(r.num_bytes_downloaded)
+        return bytes(body)
+
+    def read_prefix(self, repo_id: str, commit: str, path: str, want: Callable[[bytes, int], int],
+                    first: int) -> tuple[bytes, int]:
+        """The first bytes of a file, never more than needed: ``want(prefix, stated)`` says how many bytes
+        are needed in all once it has seen ``prefix`` (at least 8 bytes), ``stated`` being the file's
+        size as the server stated it (-1: not stated).
+
+        Asks for ``bytes=0-(first-1)``. A server that honours ``Range`` answers 206 with that slice (and
+        one more ranged request fetches the rest when ``want`` asks for more); one that ignores it
+        answers 200 with the whole file, read only until ``want`` is satisfied and then closed. Returns
+        the prefix and the file's size as the server stated it (Content-Range or Content-Length; -1
+        when it stated none). A connection closed early is ``TransferIncomplete`` (transient).
+        """
+        url = self.file_url(repo_id, commit, path)
+        buf = bytearray()
+        need = 8
+        with self._http.stream("GET", url, headers={"range": f"bytes=0-{first - 1}"}) as r:
+            if r.status_code >= 400:
+                r.read()
+                self._count(r.num_bytes_downloaded)
+                raise HubStatusError.from_response(r)
+            total = _stated_size(r)
+            ranged = r.status_code == 206
+            try:
+                for chunk in r.iter_bytes():
+                    buf += chunk
+                    if len(buf) >= 8:
+                        need = want(bytes(buf[:8]), total)
+                    # a 206 slice (at most ``first`` bytes) is read to its end: the server sent it
+                    # anyway, bytes_read then counts it, and the connection stays reusable
+                    if len(buf) >= need and (not ranged or len(buf) >= first):
+                        break
+            finally:
+                self._count(r.num_bytes_downloaded)
+        if len(buf) < need and ranged and len(buf) == first:  # the slice asked for was short of the header
+            with self._http.stream("GET", url, headers={"range": f"bytes={first}-{need - 1}"}) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    self._count(r.num_bytes_downloaded)
+                    raise HubStatusError.from_response(r)
+                if r.status_code != 206 or content_range_start(r.headers.get("content-range", "")) != first:
+                    raise TransferIncomplete(f"server answered the second range of {path} with HTTP {r.status_code}")
+                try:
+                    for chunk in r.iter_bytes():
+                        buf += chunk
+                        if len(buf) >= need:
+                            break
+                finally:
+                    self._count(r.num_bytes_downloaded)
+        if len(buf) < need:
+            raise TransferIncomplete(f"connection closed after {len(buf):,} of the first {need:,} bytes of {path}")
+        return bytes(buf[:need]), total
 
     def fetch_http(
         self,
@@ -329,6 +428,33 @@ class HubClient:
             force_download=True,
             tqdm_class=byte_counting_tqdm(on_bytes),
         )
+
+
+def _hub_file(item: dict[str, Any]) -> HubFile:
+    """One file of a tree listing, read as huggingface_hub's ``RepoFile`` reads it."""
+    lfs = item.get("lfs")
+    try:
+        return HubFile(
+            path=item["path"],
+            size=int(item["size"]),
+            blob_id=item["oid"],
+            lfs_sha256=lfs["oid"] if isinstance(lfs, dict) else None,
+            xet_hash=item.get("xetHash"),
+        )
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"the Hub's listing has a file entry without a path or size: {str(item)[:200]}") from None
+
+
+def _stated_size(r: httpx.Response) -> int:
+    """The whole file's size as a response states it: Content-Range's total (206), else Content-Length
+    (200, identity encoding); -1 when neither says."""
+    m = re.match(r"bytes \d+-\d+/(\d+)", r.headers.get("content-range", ""))
+    if m:
+        return int(m.group(1))
+    length = r.headers.get("content-length")
+    if r.status_code == 200 and length and length.isdigit() and not r.headers.get("content-encoding"):
+        return int(length)
+    return -1
 
 
 def content_range_start(value: str) -> int | None:

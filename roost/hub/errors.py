@@ -58,8 +58,8 @@ class HubStatusError(Exception):
 class HubUnreachable(StageFailed):
     """The Hub kept failing transiently (5xx, resets, timeouts) after every retry; worth retrying later."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__("download", message)
+    def __init__(self, message: str, stage: str = "download") -> None:
+        super().__init__(stage, message)
 
 
 class TransferIncomplete(Exception):
@@ -79,6 +79,7 @@ class FaultContext:
     endpoint: str
     have_token: bool
     path: str | None = None
+    stage: str = "download"  # or "preflight": what the sentence of a fault that outlasted its retries names
 
 
 def status_error(exc: BaseException) -> HubStatusError | None:

@@ -27,7 +27,7 @@ from roost.plan.kv import (
     pool_for_concurrency,
     rules_for_host,
 )
-from roost.plan.report import AuditReport
+from roost.plan.report import AuditReport, without_unset_source
 from roost.units import format_memory
 
 
@@ -55,9 +55,13 @@ class PlanReport(BaseModel):
     vllm_args: list[str] = Field(description="The whole argument list a server gets: derived, the profile's settings, "
                                  "then the overrides (last one wins).")
     predicted_log_lines: list[str]
+    repo_id: str | None = Field(default=None, description="Planned from the Hub: the repository read.")
+    commit: str | None = Field(default=None, description="Planned from the Hub: the commit the revision resolved to.")
+    bytes_fetched: int | None = Field(default=None, description="Planned from the Hub: every byte read from the network.")
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """``roost plan --json``: the Hub fields (repo_id, commit, bytes_fetched) only for a preflight."""
+        return without_unset_source(self.model_dump(mode="json"))
 
     def refusal(self) -> tuple[str, str] | None:
         """Why vLLM would refuse to start (or run out of memory) with this plan: a failure class
@@ -177,4 +181,7 @@ def plan_checkpoint(
         fit=fit,
         vllm_args=argv,
         predicted_log_lines=kv.log_lines,
+        repo_id=audit.repo_id,
+        commit=audit.commit,
+        bytes_fetched=audit.bytes_fetched,
     )

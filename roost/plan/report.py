@@ -10,6 +10,7 @@ the host's bandwidth, and the KV bytes per token as vLLM will store them. ``audi
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from roost.checkpoint.audit import CheckpointAudit, audit_checkpoint
 from roost.checkpoint.config import ModelConfigInfo
+from roost.checkpoint.files import CheckpointFiles
 from roost.checkpoint.layout import TENSOR_CLASSES
 from roost.checkpoint.model import ExpertLayout, QuantSummary
 from roost.hosts import HostProfile
@@ -24,7 +26,7 @@ from roost.plan.args import derive_vllm_args, serve_kv_model
 from roost.plan.fit import decode_ceiling_tok_s, fit_check, fit_findings, load_weight_bytes
 from roost.plan.kv import rules_for_host
 from roost.records import Finding
-from roost.units import GB, KiB, format_memory
+from roost.units import GB, KiB, format_bytes, format_memory
 
 
 class AuditReport(BaseModel):
@@ -65,6 +67,9 @@ class AuditReport(BaseModel):
     kv_cache_memory_bytes: int = Field(description="The pool in vllm_args: smallest for the target concurrency.")
     load_weight_bytes: int = Field(description="Weights vLLM will load with vllm_args (tower/MTP dropped when unused).")
     audit_seconds: float
+    repo_id: str | None = Field(default=None, description="Preflight from the Hub: the repository read.")
+    commit: str | None = Field(default=None, description="Preflight from the Hub: the commit the revision resolved to.")
+    bytes_fetched: int | None = Field(default=None, description="Preflight from the Hub: every byte read from the network.")
     config: ModelConfigInfo = Field(exclude=True, repr=False)
 
     @property
@@ -77,11 +82,18 @@ class AuditReport(BaseModel):
         return bool(self.errors)
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """``roost audit --json``: the Hub fields (repo_id, commit, bytes_fetched) only for a preflight."""
+        return without_unset_source(self.model_dump(mode="json"))
+
+    def from_hub(self, repo_id: str, commit: str, bytes_fetched: int) -> AuditReport:
+        """This report, marked as read from the Hub (a preflight): the JSON then carries the three fields."""
+        return self.model_copy(update={"repo_id": repo_id, "commit": commit, "bytes_fetched": bytes_fetched})
 
     def summary(self) -> str:
         lines = [
-            f"{self.path}: {self.architecture} ({self.model_type}), {self.shard_count} shard(s)",
+            f"{self.path}: {self.architecture} ({self.model_type}), {self.shard_count} shard(s)"
+            + (f", read from the Hub ({format_bytes(self.bytes_fetched)} fetched)" if self.bytes_fetched is not None
+               else ""),
             f"  tensors: {self.tensor_count:,} (index {self.index_tensor_count:,}, visual {self.visual_tensor_count:,}, "
             f"mtp {self.mtp_tensor_count:,})",
             f"  layers: {self.num_hidden_layers} ({self.full_attention_layers} full attention, "
@@ -100,6 +112,18 @@ class AuditReport(BaseModel):
         lines += [f"    [{f.severity}] {f.code}: {f.message}" for f in self.findings]
         lines.append("  vllm args: " + " ".join(_quote(a) for a in self.vllm_args))
         return "\n".join(lines)
+
+
+SOURCE_FIELDS = ("repo_id", "commit", "bytes_fetched")
+"""What a report read from the Hub adds to the JSON of a local one."""
+
+
+def without_unset_source(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` without the Hub fields when they are unset (a local audit's JSON is unchanged)."""
+    for key in SOURCE_FIELDS:
+        if doc.get(key) is None:
+            doc.pop(key, None)
+    return doc
 
 
 def _quote(arg: str) -> str:
@@ -124,7 +148,7 @@ def audit_report(
         rules,
         visual_tensor_count=ck.visual_tensor_count,
         mtp_tensor_count=ck.mtp_tensor_count,
-        served_model_name=served_model_name or ck.path.resolve().name,
+        served_model_name=served_model_name or ck.name,
         max_model_len=max_model_len,
         target_concurrency=target_concurrency,
     )
@@ -132,7 +156,7 @@ def audit_report(
     load_bytes = load_weight_bytes(stats.bytes_by_class, args)
     fit = fit_check(load_bytes, args.kv_cache_memory_bytes, host)
     return AuditReport(
-        path=str(ck.path),
+        path=ck.location,
         host=host.name,
         architecture=cfg.architecture,
         model_type=cfg.model_type,
@@ -168,16 +192,18 @@ def audit_report(
 
 
 def audit_for_host(
-    path: Path,
+    path: Path | CheckpointFiles,
     host: HostProfile,
     *,
     served_model_name: str | None = None,
     max_model_len: int | None = None,
     target_concurrency: float = 1.0,
+    expected_headers: Mapping[str, str] | None = None,
 ) -> AuditReport:
-    """Audit the checkpoint in directory ``path`` (headers and config only) for serving on ``host``."""
+    """Audit the checkpoint (a directory, or what a Hub preflight fetched; headers and config only) for
+    serving on ``host``. ``expected_headers``: the header digests a preflight read (HEADER_CHANGED)."""
     return audit_report(
-        audit_checkpoint(path),
+        audit_checkpoint(path, expected_headers=expected_headers),
         host,
         served_model_name=served_model_name,
         max_model_len=max_model_len,

@@ -53,9 +53,11 @@ PARAMS = {"profile": QUICK, "keep_serving": True, "notify": False}
 
 
 @pytest.fixture(scope="module")
-def quick_profile(roost_setup: Any) -> Iterator[str]:
+def quick_profile(crash_alerts: Any) -> Iterator[str]:
     """The ``local-quick`` profile block, offered by the deployments after ``roost setup`` runs again;
-    the ``roost-vllm-api-key`` Secret, so a later run can benchmark the server an earlier one kept."""
+    the ``roost-vllm-api-key`` Secret, so a later run can benchmark the server an earlier one kept.
+    Removed at the end, before ``crash_alerts`` (which it is set up after) turns the alerts off with one
+    more ``roost setup``: that run also takes local-quick out of the deployments' forms."""
     ModelProfileBlock.from_profile(LOCAL.model_copy(update={"name": QUICK, "bench": QUICK_BENCH})).save(
         QUICK, overwrite=True)
     Secret(value=SecretStr(secrets.token_urlsafe(16))).save("roost-vllm-api-key", overwrite=True)
@@ -69,7 +71,6 @@ def quick_profile(roost_setup: Any) -> Iterator[str]:
             doc = client.read_block_document_by_name(name=name, block_type_slug=slug)
             assert doc.id is not None
             client.delete_block_document(doc.id)
-    run_setup()  # back to the built-in profiles in the forms
 
 
 def _trigger(name: str, parameters: dict[str, Any]) -> Any:

@@ -58,12 +58,6 @@ def results_url(own_results: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This module's own VLLM_CACHE_ROOT: the second run finds the first run's compiled entry there."""
-    return tmp_path_factory.mktemp("vllm-cache")
-
-
-@pytest.fixture(scope="module")
 def slack(prefect_api: str) -> Iterator[SlackReceiver]:
     """The local Slack receiver (it enforces Block Kit's limits) and a SlackNotifier block saved under
     the name the notify stage loads, posting every run there; removed after this module."""
@@ -80,9 +74,11 @@ def slack(prefect_api: str) -> Iterator[SlackReceiver]:
 
 
 @pytest.fixture(scope="module")
-def first_run(prefect_api: str, results_url: str, vllm_cache: Path, slack: SlackReceiver) -> dict[str, Any]:
-    """`roost run` as the README runs it, notifying: Slack is configured by a saved notifier block."""
-    res = _run_roost("run", "--json", env={"ROOST_RESULTS_URL": results_url, "VLLM_CACHE_ROOT": str(vllm_cache)})
+def first_run(prefect_api: str, results_url: str, slack: SlackReceiver) -> dict[str, Any]:
+    """`roost run` as the README runs it, notifying: Slack is configured by a saved notifier block. On the
+    session's compile cache (``VLLM_CACHE_ROOT``, tests/conftest.py): an earlier landing of this checkpoint
+    with these arguments (the deployment tests') compiled it already."""
+    res = _run_roost("run", "--json", env={"ROOST_RESULTS_URL": results_url})
     assert res.returncode == 0, res.stderr[-4000:]
     start = res.stdout.index("{")
     record: dict[str, Any] = json.loads(res.stdout[start:])
@@ -217,6 +213,22 @@ def _leave_half_written(entry: Path) -> None:
         lib.write_bytes(b"")
 
 
+_AOT_ENTRY = re.compile(r"(?:Directly load AOT compilation from path|saved AOT compiled function to) "
+                        r"(/\S+/torch_compile_cache/torch_aot_compile/[0-9a-f]+)/rank_\d+_\d+/model")
+
+
+def _compiled_entry(record: dict[str, Any]) -> Path:
+    """The compile-cache entry the run's healthy server loaded or saved, as its vLLM log names it (the
+    process backend's log, ``$ROOST_HOME/servers/<host>-<name>-<port>.log``, appended to per port)."""
+    from roost.settings import roost_home
+
+    port = record["serve"]["attempts"][-1]["port"]
+    (log,) = (roost_home() / "servers").glob(f"*-{record['meta']['served_model_name']}-{port}.log")
+    entries = _AOT_ENTRY.findall(log.read_text(errors="replace"))
+    assert entries, f"{log}: vLLM named no AOT compile-cache entry"
+    return Path(entries[-1])
+
+
 def _flow_run(flow_run_id: str) -> Any:
     from prefect.client.orchestration import get_client
 
@@ -235,17 +247,21 @@ def test_the_first_run_is_named_and_tagged_as_the_baseline(first_run: dict[str, 
 
 
 def test_second_run_reuses_cached_stages_and_repairs_a_half_written_compile_cache(
-    first_run: dict[str, Any], vllm_cache: Path, slack: SlackReceiver
+    first_run: dict[str, Any], slack: SlackReceiver, tmp_path: Path
 ) -> None:
-    """The same landing again, on the compile cache the first run left, broken as a kill mid-compile
+    """The same landing again, on the compile-cache entry the first run used, broken as a kill mid-compile
     leaves it: download and audit come from the cache; the cold load names the broken entry
     ``compile_cache_corrupt``, removes it, and its second attempt compiles afresh. With one earlier
-    run there is no verdict yet: "insufficient baseline", in the run's state, tags and Slack message."""
-    (entry,) = (vllm_cache / "torch_compile_cache" / "torch_aot_compile").iterdir()
-    assert list(entry.rglob("*.main.so")), f"the first run compiled no kernel library into {entry}"
+    run there is no verdict yet: "insufficient baseline", in the run's state, tags and Slack message.
+    The entry broken is a copy in a compile cache of this run's own: the session's stays whole."""
+    used = _compiled_entry(first_run)
+    root = tmp_path / "vllm-cache"
+    entry = root / used.relative_to(Path(os.environ["VLLM_CACHE_ROOT"]))
+    shutil.copytree(used, entry)
+    assert list(entry.rglob("*.main.so")), f"the first run's server used no kernel library in {used}"
     _leave_half_written(entry)
 
-    res = _run_roost("run", "--json", env={"VLLM_CACHE_ROOT": str(vllm_cache)})
+    res = _run_roost("run", "--json", env={"VLLM_CACHE_ROOT": str(root)})
     assert res.returncode == 0, res.stderr[-4000:]
     record = json.loads(res.stdout[res.stdout.index("{"):])
     stages = {s["stage"]: s for s in record["stages"]}
@@ -287,7 +303,8 @@ def test_port_in_use_is_one_line_exit_2() -> None:
 
 
 def test_a_kv_pool_too_small_is_refused_before_vllm_starts(prefect_api: str) -> None:
-    """The Ornith 1.5 recipe's 4 GiB-pool lesson: the plan (with this run's overrides) refuses before a cold load."""
+    """The Ornith 1.5 recipe's 4 GiB-pool lesson: the plan (with this run's overrides) refuses before a cold load
+    — at the preflight, from the Hub's headers, before the download."""
     from roost.profiles import LOCAL
     from roost.store import load_records
 
@@ -299,9 +316,9 @@ def test_a_kv_pool_too_small_is_refused_before_vllm_starts(prefect_api: str) -> 
                         res.stderr.strip().splitlines()[-1])
     assert vllm_processes() == []
     rec = load_records(model=LOCAL.repo_id)[-1]
-    assert (rec.status, rec.failed_stage, rec.failure_class) == ("failed", "audit", "kv_pool_too_small")
+    assert (rec.status, rec.failed_stage, rec.failure_class) == ("failed", "preflight", "kv_pool_too_small")
     assert "--kv-cache-memory-bytes=1048576" in rec.meta.vllm_args
-    assert [s.stage for s in rec.stages] == ["download", "audit"]  # no build, no serve: no cold load spent
+    assert [s.stage for s in rec.stages] == ["preflight"]  # refused from the Hub's headers: no download, no cold load
 
 
 def test_a_missing_revision_is_one_line_exit_2(prefect_api: str) -> None:

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,7 +34,7 @@ import httpx
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import publish_repo
 
-__all__ = ["GatedHub", "HubProxy", "local_hub", "shard_name", "write_checkpoint_files"]
+__all__ = ["GatedHub", "HubProxy", "RangeHub", "local_hub", "shard_name", "write_checkpoint_files"]
 
 
 def shard_name(i: int, n: int) -> str:
@@ -120,6 +121,15 @@ _NOT_FORWARDED = frozenset(
 )
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client closing its connection early (a header read) is not an error worth printing."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class HubProxy:
     """A reverse proxy on loopback in front of a local Hub mirror that records every request.
 
@@ -136,7 +146,7 @@ class HubProxy:
         self.requests: list[str] = []
         self._lock = threading.Lock()
         self._client = httpx.Client(base_url=self.mirror_endpoint, follow_redirects=False, timeout=60.0)
-        self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
+        self._server = _QuietServer((host, 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -170,6 +180,10 @@ class HubProxy:
     def refusal(self, path: str, authorization: str | None) -> tuple[int, str] | None:
         """The status and message to answer instead of forwarding, or None to forward (always, here)."""
         return None
+
+    def serve(self, handler: BaseHTTPRequestHandler) -> bool:
+        """Answer ``handler``'s request here instead of forwarding it; False to forward (always, here)."""
+        return False
 
     def record(self, method: str, target: str, status: int) -> None:
         with self._lock:
@@ -247,6 +261,8 @@ def _handler_for(hub: HubProxy) -> type[BaseHTTPRequestHandler]:
                 if self.command != "HEAD":
                     self.wfile.write(body)
                 return
+            if hub.serve(self):
+                return
             self._forward()
 
         def _forward(self) -> None:
@@ -286,3 +302,102 @@ def _handler_for(hub: HubProxy) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
 
     return Handler
+
+
+# ------------------------------------------------------------------------- a Hub that honours Range
+
+
+class RangeHub(HubProxy):
+    """A Hub that honours ``Range``, as huggingface.co's CDN does: olah (behind it) answers the API, and
+    this proxy serves ``/<repo>/resolve/<commit>/<path>`` itself from the mirror's git objects and LFS
+    store — ``206`` with ``Content-Range`` for a ``bytes=a-b`` request, ``200`` with ``Content-Length``
+    otherwise. It also stands in for a fast file server: olah's local-mirror route reads a file for a
+    while (seconds per GB) before its first byte, which a benchmark of header reads must not time.
+
+    ``served`` counts the body bytes written per file path (a client that closes early is counted up
+    to what the socket accepted).
+    """
+
+    def __init__(self, mirror_endpoint: str, mirrors_root: Path, *, host: str = "127.0.0.1") -> None:
+        super().__init__(mirror_endpoint, host=host)
+        self.mirrors_root = mirrors_root
+        self.served: dict[str, int] = {}
+
+    def _blob(self, repo_id: str, commit: str, path: str) -> Path | bytes | None:
+        """The LFS object file of ``path`` at ``commit``, its bytes for a small file, or None when absent."""
+        import subprocess
+
+        from roost.hub.publish import lfs_object_path, mirror_repo_path
+
+        repo = mirror_repo_path(self.mirrors_root, repo_id)
+        r = subprocess.run(["git", "-C", str(repo), "cat-file", "blob", f"{commit}:{path}"], capture_output=True)
+        if r.returncode != 0:
+            return None
+        head = r.stdout[:200]
+        if head.startswith(b"version https://git-lfs.github.com/spec/v1"):
+            oid = head.split(b"oid sha256:", 1)[1].split(b"\n", 1)[0].decode()
+            return lfs_object_path(repo, oid)
+        return r.stdout
+
+    def serve(self, handler: BaseHTTPRequestHandler) -> bool:
+        parts = unquote(urlsplit(handler.path).path).lstrip("/").split("/")
+        if handler.command != "GET" or len(parts) < 5 or parts[2] != "resolve":
+            return False
+        repo_id, commit, path = f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:])
+        blob = self._blob(repo_id, commit, path)
+        if blob is None:
+            return False  # olah says what is missing, as the Hub would
+        if isinstance(blob, bytes) and "gzip" in (handler.headers.get("accept-encoding") or ""):
+            # small (non-LFS) files compressed, as huggingface.co's front end serves text files
+            import gzip
+
+            body = gzip.compress(blob)
+            self.record("GET", handler.path, 200)
+            handler.send_response(200)
+            handler.send_header("Content-Encoding", "gzip")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+            self._count(path, len(body))
+            return True
+        size = blob.stat().st_size if isinstance(blob, Path) else len(blob)
+        start, end = 0, size - 1
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", handler.headers.get("range", "") or "")
+        if m:
+            start, end = int(m.group(1)), min(size - 1, int(m.group(2)) if m.group(2) else size - 1)
+            if start >= size:
+                handler.send_response(416)
+                handler.send_header("Content-Range", f"bytes */{size}")
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+                self.record("GET", handler.path, 416)
+                return True
+        self.record("GET", handler.path, 206 if m else 200)
+        handler.send_response(206 if m else 200)
+        if m:
+            handler.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        handler.send_header("Content-Length", str(end - start + 1))
+        handler.send_header("Accept-Ranges", "bytes")
+        handler.end_headers()
+        try:
+            if isinstance(blob, bytes):
+                handler.wfile.write(blob[start : end + 1])
+                self._count(path, end - start + 1)
+                return True
+            with open(blob, "rb") as f:
+                f.seek(start)
+                left = end - start + 1
+                while left > 0:
+                    chunk = f.read(min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    handler.wfile.write(chunk)
+                    self._count(path, len(chunk))
+                    left -= len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            handler.close_connection = True
+        return True
+
+    def _count(self, path: str, n: int) -> None:
+        with self._lock:
+            self.served[path] = self.served.get(path, 0) + n

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import replicas
 from support.contract import AUDIT_JSON_KEYS
-from typer.testing import CliRunner
+from support.hub import GatedHub
+from support.hub_faults import CutHeaderHub, MissingFileHub, write_shard_file
+from typer.testing import CliRunner, Result
 
 from roost.checkpoint.writer import header_bytes
 from roost.cli import app
+from roost.hub.mirror import HubMirror
+from roost.hub.publish import publish_repo
 
 ROOST = str(Path(sys.executable).parent / "roost")
 
@@ -176,3 +182,138 @@ def test_no_traceback_through_real_entry_point(tmp_path: Path) -> None:
     r = subprocess.run([ROOST, "audit", str(d)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.startswith("roost: error: ") and r.stderr.count("\n") == 1
+
+
+# --- hf://OWNER/NAME[@REVISION]: the same audit, read from a Hub on loopback (olah) -------------------
+
+HUB_KEYS = [*AUDIT_JSON_KEYS, "repo_id", "commit", "bytes_fetched"]
+
+
+class CliHub:
+    def __init__(self, mirror: HubMirror, sources: dict[str, Path], commits: dict[str, str]) -> None:
+        self.mirror, self.sources, self.commits = mirror, sources, commits
+
+
+@pytest.fixture(scope="module")
+def cli_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliHub]:
+    base = tmp_path_factory.mktemp("cli-hub")
+    sources = {
+        "acme/tiny": replicas.write_replica(replicas.tiny_qwen3(num_shards=2), base / "src" / "acme--tiny"),
+        "acme/tiny-missing": replicas.write_replica(replicas.tiny_qwen3(num_shards=3), base / "src" / "acme--tiny-missing"),
+        "acme/too-long": write_shard_file(base / "src" / "too-long", (1 << 40).to_bytes(8, "little") + b"{}"),
+        "acme/not-json": write_shard_file(base / "src" / "not-json", (6).to_bytes(8, "little") + b"{oops}"),
+    }
+    (sources["acme/tiny-missing"] / "model-00002-of-00003.safetensors").unlink()
+    commits = {repo: publish_repo(src, base / "mirrors", repo) for repo, src in sources.items()}
+    with HubMirror(base / "mirrors", workdir=base / "olah") as mirror:
+        yield CliHub(mirror, sources, commits)
+
+
+@pytest.fixture
+def hub_env(cli_hub: CliHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """HF_ENDPOINT at the mirror, no token, a preflight cache of this test's own."""
+    monkeypatch.setenv("HF_ENDPOINT", cli_hub.mirror.endpoint)
+    monkeypatch.setenv("ROOST_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return dict(os.environ)
+
+
+def _hub_error(r: Result, want_code: int, *fragments: str) -> str:
+    """One ``roost: error:`` line on stderr, the exit code, and no exception other than the exit."""
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    _one_line_error(r.exit_code, r.stderr, want_code, *fragments)
+    return r.stderr
+
+
+def test_hub_json_contract_real_entry_point(cli_hub: CliHub, hub_env: dict[str, str]) -> None:
+    """``roost audit hf://...@COMMIT --json``: every key of the local JSON with the same values, then the three Hub keys."""
+    commit = cli_hub.commits["acme/tiny"]
+    r = subprocess.run([ROOST, "audit", f"hf://acme/tiny@{commit}", "--json"], capture_output=True, text=True,
+                       timeout=120, env=hub_env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert list(out) == HUB_KEYS
+    assert (out["repo_id"], out["commit"], out["path"]) == ("acme/tiny", commit, f"hf://acme/tiny@{commit}")
+    weights = sum(p.stat().st_size for p in cli_hub.sources["acme/tiny"].glob("*.safetensors"))
+    assert 0 < out["bytes_fetched"] < weights
+    code, local_out, _ = run("audit", str(cli_hub.sources["acme/tiny"]), "--json")
+    local = json.loads(local_out)
+    assert code == 0 and list(local) == AUDIT_JSON_KEYS
+    assert {k: out[k] for k in AUDIT_JSON_KEYS if k not in ("path", "audit_seconds")} == \
+        {k: v for k, v in local.items() if k not in ("path", "audit_seconds")}
+
+
+def test_hub_branch_resolves_to_its_commit_and_is_cached(cli_hub: CliHub, hub_env: dict[str, str]) -> None:
+    first = CliRunner().invoke(app, ["audit", "hf://acme/tiny", "--json"])
+    assert first.exit_code == 0, first.stderr
+    again = CliRunner().invoke(app, ["audit", "hf://acme/tiny@main", "--json"])
+    a, b = json.loads(first.stdout), json.loads(again.stdout)
+    assert a["commit"] == b["commit"] == cli_hub.commits["acme/tiny"]
+    assert 0 < b["bytes_fetched"] < a["bytes_fetched"]  # the second costs one refs call
+    human = CliRunner().invoke(app, ["audit", "hf://acme/tiny"])
+    assert human.exit_code == 0 and f"hf://acme/tiny@{cli_hub.commits['acme/tiny']}: " in human.stdout
+    assert "read from the Hub" in human.stdout
+
+
+@pytest.mark.parametrize(("url", "code", "fragments"), [
+    ("hf://acme/nope", 2, ("repository acme/nope does not exist on http://127.0.0.1:",)),
+    ("hf://acme/tiny@v9", 2, ("revision 'v9' does not exist in acme/tiny (branches: main; tags: none)",)),
+    ("hf://acme/tiny@abc1234", 2, ("revision 'abc1234' does not exist in acme/tiny",)),
+    ("hf://acme/too-long", 2, ("hf://acme/too-long@", "/model.safetensors: header length 1,099,511,627,776 is larger "
+                               "than the file allows",)),
+    ("hf://acme/not-json", 2, ("hf://acme/not-json@", "/model.safetensors", "not valid JSON")),
+    ("hf://acme/tiny-missing", 1, ("hf://acme/tiny-missing@", "MISSING_SHARD")),
+    ("hf://acme", 2, ("'hf://acme' is not a Hub repository URL: write hf://OWNER/NAME",)),
+    ("hf://acme/tiny/model.safetensors", 2, ("is not a Hub repository URL",)),
+    ("hf://acme/tiny@", 2, ("is not a Hub repository URL",)),
+    ("hf://acme/ti ny@main", 2, ("is not a Hub repository URL",)),
+    ("hf://acme/tiny@a@b", 2, ("is not a Hub repository URL",)),
+])
+def test_hub_bad_input_is_one_line(hub_env: dict[str, str], url: str, code: int, fragments: tuple[str, ...]) -> None:
+    _hub_error(CliRunner().invoke(app, ["audit", url]), code, *fragments)
+
+
+def test_hub_missing_shard_json_still_printed(hub_env: dict[str, str]) -> None:
+    r = CliRunner().invoke(app, ["audit", "hf://acme/tiny-missing", "--json"])
+    out = json.loads(r.stdout)
+    assert r.exit_code == 1 and out["findings"][0]["code"] == "MISSING_SHARD"
+    assert out["repo_id"] == "acme/tiny-missing" and "model-00002-of-00003.safetensors" in out["findings"][0]["message"]
+
+
+def test_hub_gated_without_then_with_a_token(cli_hub: CliHub, hub_env: dict[str, str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    with GatedHub(cli_hub.mirror.endpoint, "acme/tiny", token="hf_gate_test_token") as gated:
+        monkeypatch.setenv("HF_ENDPOINT", gated.endpoint)
+        err = _hub_error(CliRunner().invoke(app, ["audit", "hf://acme/tiny"]), 2,
+                         "acme/tiny is a gated repository and no token was given (HTTP 401)")
+        monkeypatch.setenv("HF_TOKEN", "hf_gate_test_token")
+        ok = CliRunner().invoke(app, ["audit", "hf://acme/tiny", "--json"])
+    assert "hf_gate_test_token" not in err
+    assert ok.exit_code == 0, ok.stderr
+    assert json.loads(ok.stdout)["commit"] == cli_hub.commits["acme/tiny"]
+
+
+def test_hub_listed_shard_answering_404(cli_hub: CliHub, hub_env: dict[str, str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    with MissingFileHub(cli_hub.mirror.endpoint, "model-00001-of-00002.safetensors") as fake:
+        monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
+        _hub_error(CliRunner().invoke(app, ["audit", "hf://acme/tiny"]), 2,
+                   "model-00001-of-00002.safetensors is listed in acme/tiny@", "answered HTTP 404 for it")
+
+
+def test_hub_connection_closed_mid_header_real_entry_point(cli_hub: CliHub, hub_env: dict[str, str]) -> None:
+    """FAKE server (olah sends whole files): retried with the preflight's policy (4 attempts, ~3 s),
+    then one error line and exit 1; the retries are logged as warnings before it, never a traceback."""
+    name = "model-00001-of-00002.safetensors"
+    body = (cli_hub.sources["acme/tiny"] / name).read_bytes()
+    n = int.from_bytes(body[:8], "little")
+    with CutHeaderHub(cli_hub.mirror.endpoint, name, body, cut=8 + n // 2) as fake:
+        r = subprocess.run([ROOST, "audit", "hf://acme/tiny"], capture_output=True, text=True, timeout=120,
+                           env={**hub_env, "HF_ENDPOINT": fake.endpoint})
+    assert r.returncode == 1 and fake.attempts == 4 and "Traceback" not in r.stderr
+    *retries, last = r.stderr.strip().splitlines()
+    assert [line.split("; retry ")[1].split(" ")[0] for line in retries] == ["1/3", "2/3", "3/3"]
+    assert last.startswith("roost: error: ") and "4 attempts failed" in last and name in last
+    assert "peer closed connection" in last and f"check that {fake.endpoint} is reachable" in last
+

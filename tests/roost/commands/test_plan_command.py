@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,8 @@ from support.contract import PLAN_JSON_KEYS
 from typer.testing import CliRunner
 
 from roost.cli import app
+from roost.hub.mirror import HubMirror
+from roost.hub.publish import publish_repo
 
 ROOST = str(Path(sys.executable).parent / "roost")
 
@@ -128,3 +133,84 @@ def test_unknown_profile_is_one_line_exit_2(ornith_35b: Path) -> None:
     r = subprocess.run([ROOST, "plan", str(ornith_35b), "--profile", "ornith-70b"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "ornith-70b" in r.stderr
+
+
+# --- hf://OWNER/NAME[@REVISION] and --profile P alone: the plan read from a Hub on loopback (olah) -----
+
+HUB_PLAN_KEYS = [*PLAN_JSON_KEYS, "repo_id", "commit", "bytes_fetched"]
+
+
+@pytest.fixture(scope="module")
+def plan_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HubMirror, Path, str]]:
+    base = tmp_path_factory.mktemp("plan-hub")
+    src = replicas.write_replica(replicas.tiny_qwen3(num_shards=2), base / "src" / "acme--tiny")
+    commit = publish_repo(src, base / "mirrors", "acme/tiny")
+    with HubMirror(base / "mirrors", workdir=base / "olah") as mirror:
+        yield mirror, src, commit
+
+
+@pytest.fixture
+def plan_env(plan_hub: tuple[HubMirror, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("HF_ENDPOINT", plan_hub[0].endpoint)
+    monkeypatch.setenv("ROOST_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return dict(os.environ)
+
+
+def _without(doc: dict[str, object], *keys: str) -> dict[str, object]:
+    return {k: v for k, v in doc.items() if k not in keys}
+
+
+def test_hub_plan_json_real_entry_point(plan_hub: tuple[HubMirror, Path, str], plan_env: dict[str, str]) -> None:
+    """``roost plan hf://... --kv-cache-memory-bytes N --json``: the local plan's keys and values, then the Hub's three."""
+    _, src, commit = plan_hub
+    r = subprocess.run([ROOST, "plan", "hf://acme/tiny", "--kv-cache-memory-bytes", str(64 * 1024**2), "--json"],
+                       capture_output=True, text=True, timeout=120, env=plan_env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert list(out) == HUB_PLAN_KEYS
+    assert (out["repo_id"], out["commit"], out["path"]) == ("acme/tiny", commit, f"hf://acme/tiny@{commit}")
+    assert 0 < out["bytes_fetched"] < sum(p.stat().st_size for p in src.glob("*.safetensors"))
+    local = CliRunner().invoke(app, ["plan", str(src), "--kv-cache-memory-bytes", str(64 * 1024**2), "--json"])
+    assert local.exit_code == 0, local.stderr
+    assert _without(out, "path", "repo_id", "commit", "bytes_fetched") == _without(json.loads(local.stdout), "path")
+
+
+def test_hub_plan_refusal_is_the_local_one(plan_hub: tuple[HubMirror, Path, str], plan_env: dict[str, str]) -> None:
+    _, src, commit = plan_hub
+    remote = CliRunner().invoke(app, ["plan", f"hf://acme/tiny@{commit}", "--kv-cache-memory-bytes", "4096"])
+    local = CliRunner().invoke(app, ["plan", str(src), "--kv-cache-memory-bytes", "4096"])
+    assert remote.exit_code == local.exit_code == 1 and "DOES NOT FIT" in remote.stdout
+    assert remote.stderr.strip().splitlines() == [local.stderr.strip().replace(str(src), f"hf://acme/tiny@{commit}")]
+
+
+@pytest.mark.parametrize(("url", "fragment"), [
+    ("hf://acme/tiny@v9", "revision 'v9' does not exist in acme/tiny"),
+    ("hf://acme/nope", "repository acme/nope does not exist"),
+    ("hf://acme", "is not a Hub repository URL"),
+])
+def test_hub_plan_bad_input_is_one_line(plan_env: dict[str, str], url: str, fragment: str) -> None:
+    r = CliRunner().invoke(app, ["plan", url, "--kv-cache-memory-bytes", "1"])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code == 2 and r.stderr.startswith("roost: error: ") and r.stderr.count("\n") == 1
+    assert fragment in r.stderr
+
+
+@pytest.mark.slow
+def test_profile_local_alone_plans_the_demo_from_its_own_mirror(tmp_path: Path) -> None:
+    """``roost plan --profile local --json`` with no path: the demo checkpoint is generated, published and
+    served by a mirror the command starts and stops (~8 s)."""
+    env = {**os.environ, "ROOST_HOME": str(tmp_path / "home")}
+    env.pop("HF_ENDPOINT", None)
+    t0 = time.monotonic()
+    r = subprocess.run([ROOST, "plan", "--profile", "local", "--json"], capture_output=True, text=True, timeout=180,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert list(out) == HUB_PLAN_KEYS and out["repo_id"] == "roost-demo/tiny-qwen3"
+    assert len(out["commit"]) == 40 and out["path"] == f"hf://roost-demo/tiny-qwen3@{out['commit']}"
+    assert out["host"] == "cpu" and out["kv_cache_memory_bytes"] == 1024**3 and out["max_model_len"] == 2048
+    assert out["bytes_fetched"] > 0 and out["fits_one_request"] is True
+    assert "--served-model-name" in out["vllm_args"] and out["vllm_args"][-2:] == ["--dtype", "bfloat16"]
+    assert (tmp_path / "home" / "preflight" / "roost-demo--tiny-qwen3" / out["commit"] / "listing.json").is_file()
+    assert time.monotonic() - t0 < 120

@@ -1,0 +1,85 @@
+"""What ``roost audit`` and ``roost plan`` read: a checkpoint directory, or a repository on the Hub.
+
+``TARGET`` is a directory, or ``hf://OWNER/NAME[@REVISION]`` for a preflight over HTTP (config, index
+and shard headers; no weight byte) — :func:`roost.hub.preflight.preflight`. With no target,
+``--profile P`` reads that profile's repository and revision from the Hub with its file patterns;
+the embedded demo profile's repository is generated and served from its local mirror for the
+command's duration. The Hub token is ``HF_TOKEN``, else the profile's Secret block, as in the
+download stage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from roost.errors import UserError
+
+if TYPE_CHECKING:
+    from roost.hosts import HostProfile
+    from roost.hub.preflight import HubRef
+    from roost.plan.report import AuditReport
+    from roost.profiles import ModelProfile
+
+NO_TARGET = (
+    "give a checkpoint directory or hf://OWNER/NAME[@REVISION] to read from the Hub, "
+    "or --profile P to read that profile's repository from the Hub"
+)
+
+
+def audit_target(target: str | None, prof: ModelProfile | None, host: HostProfile) -> AuditReport:
+    """The audit report of ``target`` (or of ``prof``'s repository on the Hub) for ``host``."""
+    from roost.hub.preflight import HubRef, is_hub_url, parse_hub_url
+    from roost.plan.report import audit_for_host
+
+    if target is None:
+        if prof is None:
+            raise UserError(NO_TARGET)
+        return hub_audit(HubRef(repo_id=prof.repo_id, revision=prof.revision), prof, host)
+    if is_hub_url(target):
+        return hub_audit(parse_hub_url(target), prof, host)
+    return audit_for_host(Path(target), host)
+
+
+def hub_audit(ref: HubRef, prof: ModelProfile | None, host: HostProfile) -> AuditReport:
+    """Preflight ``ref`` and audit what it read for ``host``."""
+    from roost.hub.preflight import preflight
+    from roost.plan.report import audit_for_host
+
+    with _demo_endpoint(prof, ref.repo_id) as endpoint:
+        pf = preflight(
+            ref,
+            endpoint=endpoint,
+            token=_token(prof),
+            allow_patterns=list(prof.allow_patterns) if prof is not None else None,
+            ignore_patterns=list(prof.ignore_patterns) if prof is not None else None,
+        )
+    report = audit_for_host(pf.files, host)
+    return report.from_hub(pf.repo_id, pf.commit, pf.bytes_fetched)
+
+
+@contextlib.contextmanager
+def _demo_endpoint(prof: ModelProfile | None, repo_id: str) -> Iterator[str | None]:
+    """The demo profile's local mirror while reading its repository; None (HF_ENDPOINT) otherwise."""
+    if prof is None or not prof.demo or repo_id != prof.repo_id:
+        yield None
+        return
+    from roost.demo.hub import demo_hub
+
+    mirror, _ = demo_hub(prof)
+    try:
+        yield mirror.endpoint
+    finally:
+        mirror.stop()
+
+
+def _token(prof: ModelProfile | None) -> str | None:
+    """``HF_TOKEN`` (the preflight reads it), else the profile's Secret block, else none."""
+    if os.environ.get("HF_TOKEN") or prof is None or not prof.hf_token_secret:
+        return None
+    from tasks.download import token_from
+
+    return token_from(prof.hf_token_secret)
