@@ -50,13 +50,14 @@ def start_worker(prefect_api: str, session_dir: Path) -> Iterator[Callable[[str,
 
 @pytest.fixture(scope="session")
 def roost_setup(prefect_api: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``roost setup`` run twice against the session's server (the reports of both runs).
+    """``roost setup`` run twice against the session's server (the reports of both runs; the first by the
+    installed executable, the second in this process).
 
     Earlier tests in the session (tests/blocks) may have registered roost's block types (and the
     legacy ``spark-host``) on the shared server; they are removed first so that the first run starts
     from a server roost never touched."""
     _forget_roost_block_types()
-    return run_setup(), run_setup()
+    return run_setup(executable=True), run_setup()
 
 
 def _forget_roost_block_types() -> None:

@@ -19,7 +19,10 @@ ROOST = str(Path(sys.executable).parent / "roost")
         (["plan", ".", "--kv-cache-memory-bytes", "lots"],
          "roost: error: Invalid value for '--kv-cache-memory-bytes': Input should be a valid integer, "
          "unable to parse string as an integer (see `roost plan --help`)"),
-        (["audit"], "roost: error: Missing argument 'path'. (see `roost audit --help`)"),
+        (["audit"], "roost: error: give a checkpoint directory or hf://OWNER/NAME[@REVISION] to read from the Hub, "
+                    "or --profile P to read that profile's repository from the Hub"),
+        (["run", "--profil", "local"],
+         "roost: error: No such option: --profil (Possible options: --profile) (see `roost run --help`)"),
         (["serve"], "roost: error: No such command 'serve'. (see `roost --help`)"),
     ],
 )
