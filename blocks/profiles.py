@@ -65,6 +65,14 @@ class ModelProfileBlock(Block):
         "counts, default 0.05), mad_k (noise band in MADs, default 3), key_fields (what makes runs comparable).",
     )
 
+    evals: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Accuracy evaluations after the benchmark, e.g. [{\"task\": \"mmlu-pro\", \"per_category\": 50}] "
+        "(task: gsm8k, math500 or mmlu-pro; dataset, limit, per_category, seed, temperature, top_p, top_k, "
+        "max_tokens, thinking, concurrency).")
+    eval_compare_with: list[str] = Field(
+        default_factory=list, description="Hub repo ids of other models the report compares accuracy with.")
+
     def to_profile(self) -> ModelProfile:
         """The plain ``ModelProfile`` the flows and ``roost/`` logic use."""
         return ModelProfile.model_validate({k: getattr(self, k) for k in ModelProfile.model_fields})

@@ -75,6 +75,8 @@ PARAM_HELP: dict[str, str] = {
     "restart_policy": "Docker restart policy of the server container (empty: unless-stopped with keep_serving, a "
                       "production landing that takes it off the host's previous server; no otherwise); process "
                       "hosts ignore it.",
+    "evaluate": "Run the profile's accuracy evaluations (GSM8K, MATH-500, MMLU-Pro) after the benchmark; an "
+                "accuracy drop against the previous run of the same questions (McNemar, p < 0.05) is a regression.",
     "replace": "Stop containers roost did not start that hold the GPUs or the fixed port (refused otherwise); "
                "stopped with restart policy no, never removed.",
 }

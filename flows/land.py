@@ -1,8 +1,9 @@
 """The ``land`` flow: a checkpoint on the Hub -> a measured vLLM server, top to bottom.
 
-    preflight (audit + KV plan from the Hub's headers) -> download -> integrity audit (+ KV plan)
-             -> container build -> host check -> serve -> health-wait -> vision probe (towers)
-             -> benchmark -> MTP A/B (when asked) -> report (+ Slack)
+    preflight (audit + KV plan from the Hub's headers) -> download -> evaluation datasets
+             -> integrity audit (+ KV plan) -> container build -> host check -> serve -> health-wait
+             -> vision probe (towers) -> benchmark -> accuracy evaluations -> MTP A/B (when asked)
+             -> report (+ Slack)
 
 Each step is a stage in ``flows/stages.py`` (one Prefect task each, in ``tasks/<stage>.py``); this
 file chains them and guarantees the teardown: the server it started is stopped whatever happened
@@ -25,6 +26,8 @@ from flows.stages import (
     benchmark_stage,
     build_stage,
     download_stage,
+    eval_datasets_stage,
+    eval_stage,
     fail_unexpected,
     finish,
     host_check_stage,
@@ -56,6 +59,7 @@ def land(
     restart_policy: RestartPolicy | None = None,
     replace: bool = False,
     mtp_ab: bool | None = None,
+    evaluate: bool = True,
 ) -> dict[str, Any]:
     """Land ``profile`` on ``host`` and measure it. Returns the run record (as JSON-able dict).
 
@@ -64,6 +68,7 @@ def land(
     host's previous server) and ``no`` otherwise. ``replace``: stop containers roost did not start
     that hold the GPUs or the fixed port (refused otherwise). ``mtp_ab``: after the benchmark, benchmark
     again without ``--speculative-config`` (same image and commit); None: the profile's ``mtp_ab``.
+    ``evaluate``: run the profile's accuracy evaluations after the benchmark (``evals``).
     """
     logger = get_run_logger()
     overrides = list(vllm_overrides or [])
@@ -82,6 +87,7 @@ def land(
             with hub_source(prof) as endpoint:                                 # HF_ENDPOINT, or the demo's mirror
                 pre = preflight_stage(record, prof, host_p, overrides, endpoint)  # 1. audit + plan from the Hub
                 checkpoint = download_stage(record, prof, endpoint)             # 2. download + integrity
+                evals = eval_datasets_stage(record, prof, endpoint) if evaluate else []  # 2b. eval questions
             plan = audit_stage(record, prof, host_p, checkpoint, overrides, pre)  # 3. audit on disk + KV plan
             prepared = build_stage(record, backend)                            # 4. image (docker hosts)
             with stage(record, "host-slot"):                                   # one server per host
@@ -97,6 +103,7 @@ def land(
                 teardown.callback(_stop, server)
             vision_stage(record, plan, server.base_url, key, prof.served_model_name)  # 7b. image request (towers)
             benchmark_stage(record, server.base_url, prof, key)                # 8. benchmark
+            eval_stage(record, server.base_url, prof, key, evals)               # 8b. accuracy
             if prof.mtp_ab if mtp_ab is None else mtp_ab:                      # 8b. again without MTP
                 mtp_ab_stage(record, backend, loaded, key, prepared, prof,
                              prof.health_timeout_s or host_p.health_timeout_s, keep_serving=keep_serving)

@@ -25,7 +25,17 @@ from pydantic import SecretStr
 from blocks.resolve import VLLM_API_KEY_BLOCK, all_profiles, load_host, load_profile, load_vllm_api_key
 from flows.identity import initial_run_name, name_run, roost_logs_to_run
 from flows.land import land
-from flows.stages import benchmark_stage, finish, new_record, report_stage, server_version, stage
+from flows.stages import (
+    benchmark_stage,
+    eval_datasets_stage,
+    eval_stage,
+    finish,
+    hub_source,
+    new_record,
+    report_stage,
+    server_version,
+    stage,
+)
 from roost.errors import RoostError, StageFailed, UserError
 from roost.hosts import HostProfile
 from roost.profiles import ModelProfile
@@ -55,11 +65,13 @@ def find_server_task(host: HostProfile) -> list[ServerInfo]:
 
 
 @flow(name="rebenchmark", flow_run_name=initial_run_name)
-def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = True) -> dict[str, Any]:
+def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = True,
+                evaluate: bool = True) -> dict[str, Any]:
     """Benchmark the model ``host`` is serving, or land ``profile`` there first (kept serving) when none is.
 
     When the host serves another profile's model than ``profile``, what runs is benchmarked (and the
     record says so): the nightly schedule passes the host's default profile, whatever was landed since.
+    ``evaluate``: run the profile's accuracy evaluations after the benchmark.
     """
     roost_logs_to_run()
     host_p = load_host(host)
@@ -68,16 +80,17 @@ def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = Tr
     with host_slot(host_p.name):
         found = find_server_task(host_p)
         if found:
-            return _benchmark_serving(found, host_p, profile, notify)
+            return _benchmark_serving(found, host_p, profile, notify, evaluate)
     prof_name = profile or _default_profile(host_p.name)
     get_run_logger().info("nothing is serving on %s: landing %s there first (keep_serving)", host_p.name, prof_name)
     name_run(prof_name, host_p.name)
-    result: dict[str, Any] = land(profile=prof_name, host=host_p.name, keep_serving=True, notify=notify)
+    result: dict[str, Any] = land(profile=prof_name, host=host_p.name, keep_serving=True, notify=notify,
+                                  evaluate=evaluate)
     return result
 
 
 def _benchmark_serving(found: list[ServerInfo], host_p: HostProfile, profile: str | None,
-                       notify: bool) -> dict[str, Any]:
+                       notify: bool, evaluate: bool = True) -> dict[str, Any]:
     """Benchmark the newest of ``found``, report and notify like ``land`` does."""
     logger = get_run_logger()
     if len(found) > 1:
@@ -98,6 +111,10 @@ def _benchmark_serving(found: list[ServerInfo], host_p: HostProfile, profile: st
             key = _server_key(server)
         record.meta.vllm_version = server_version(server.base_url, key) or record.meta.vllm_version
         benchmark_stage(record, server.base_url, prof, key, served_model_name=server.served_model_name)
+        if evaluate and prof.evals:
+            with hub_source(prof) as endpoint:  # the demo's datasets live on its mirror
+                evals = eval_datasets_stage(record, prof, endpoint)
+            eval_stage(record, server.base_url, prof, key, evals, served_model_name=server.served_model_name)
     except RoostError as exc:
         logger.error("rebenchmark failed at %s: %s", record.failed_stage or "setup", exc)
         failure = exc

@@ -15,7 +15,10 @@ the run record (:func:`stage`) and returns what the next stage needs as a typed 
                                           --replace; stop roost's own server; the memory left)
     serve_stage    -> ColdLoad           (a healthy server; failed cold loads classified and retried)
     vision_stage                         (an image request when a vision tower is served; fails the run if refused)
+    eval_datasets_stage -> [PreparedEval] (every evaluation's dataset read and sampled, before serving)
     benchmark_stage                      (points and per-request rows into the record and the store)
+    eval_stage                           (accuracy evaluations: scores, answers in the store, paired with
+                                          the baseline run by McNemar's test)
     mtp_ab_stage                         (the same image again without --speculative-config: speed-up, acceptance)
     report_stage                         (store, compare with the baseline, report files, artifacts, Slack)
     finish         -> the record as JSON (or the failure, with its exit code)
@@ -45,6 +48,9 @@ from roost import catalogue as C
 from roost.bench import mtp
 from roost.bench.validity import stream_ceiling_tok_s
 from roost.errors import RoostError, StageFailed
+from roost.eval.log import read_answers, sample_digest
+from roost.eval.runner import EvalResult
+from roost.eval.scoring import paired, summarize
 from roost.hosts import HostProfile
 from roost.hub.snapshot import DownloadResult
 from roost.naming import run_verdict
@@ -52,14 +58,23 @@ from roost.plan.args import parse_overrides
 from roost.plan.preflight import PlanRefused, PlanReport
 from roost.plan.report import AuditReport
 from roost.profiles import ModelProfile
-from roost.records import MtpAB, RunMeta, RunRecord, SpecAcceptance, StageTiming, VisionProbe
-from roost.regress import RegressionReport
+from roost.records import (
+    EvalRecord,
+    MtpAB,
+    OtherModelScore,
+    RunMeta,
+    RunRecord,
+    SpecAcceptance,
+    StageTiming,
+    VisionProbe,
+)
+from roost.regress import RegressionReport, accuracy_baseline, latest_scores
 from roost.serve.base import Backend, Prepared, Readiness, Server, ServeSpec
 from roost.serve.coldload import ColdLoad, ColdLoadFailed, cold_load
 from roost.serve.occupancy import memory_refusal, occupancy_refusal
 from roost.serve.vision import VisionProbeFailed, needs_probe
-from roost.settings import checkpoint_dir
-from roost.store import append_requests
+from roost.settings import checkpoint_dir, roost_home
+from roost.store import append_eval_answers, append_requests, load_eval_answers, load_records
 from roost.units import format_memory
 from roost.vllm import prometheus, specdecode_log
 from roost.vllm.client import VllmClient, run_sync
@@ -67,6 +82,7 @@ from tasks.audit import audit_task, plan_task
 from tasks.benchmark import BenchFailed, benchmark_task
 from tasks.build import build_task
 from tasks.download import cached_line, download_task
+from tasks.evaluate import PreparedEval, eval_datasets_task, eval_task
 from tasks.health import health_wait_task
 from tasks.local_hub import local_hub_task
 from tasks.notify import notify_task
@@ -377,6 +393,105 @@ def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: S
             raise
         record.points = bench.points
         append_requests(record.meta, bench.request_rows())
+
+
+# --- 8b. accuracy evaluations -----------------------------------------------------------------------
+
+
+def eval_datasets_stage(record: RunRecord, prof: ModelProfile, endpoint: str | None = None) -> list[PreparedEval]:
+    """Read every evaluation's dataset and draw its sample from ``endpoint`` (:func:`hub_source`), before
+    any server starts: a dataset that cannot be read stops the run before the model loads."""
+    settings = prof.eval_settings()
+    if not settings:
+        return []
+    with stage(record, "eval-datasets") as st:
+        prepared: list[PreparedEval] = eval_datasets_task(settings, endpoint, prof.hf_token_secret)
+        st.note = ", ".join(f"{p.settings.task}: {len(p.dataset.questions)} questions" for p in prepared)
+    return prepared
+
+
+def eval_log_path(record: RunRecord, task_name: str) -> Path:
+    """Where an evaluation's per-question log lives: per flow run (a retried run resumes it), else per run."""
+    run = record.meta.prefect_flow_run_id or record.meta.run_id
+    return roost_home() / "evals" / run / f"{task_name}.jsonl"
+
+
+def eval_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: SecretStr, prepared: list[PreparedEval],
+               served_model_name: str | None = None) -> None:
+    """Run each evaluation against the server into ``record.evals``: answers into the store's
+    ``eval_answers`` table, paired with the newest earlier run of the same model and evaluation
+    (McNemar, ``roost.regress.accuracy_baseline``), and the other models the profile compares with.
+    An evaluation the server cuts short keeps its answers (log and store) and fails the stage."""
+    if not prepared:
+        return
+    history = load_records(model=record.meta.repo_id)
+    with stage(record, "evaluate") as st:
+        notes = []
+        for p in prepared:
+            log_path = eval_log_path(record, p.settings.task)
+            try:
+                result = eval_task(base_url, served_model_name or prof.served_model_name, p, key, log_path=log_path,
+                                   profile=record.meta.profile, host=record.meta.host)
+            except RoostError as exc:
+                _keep_partial(record, p, log_path, exc)
+                raise
+            append_eval_answers(record.meta, result.task, result.sample_digest,
+                                [a.model_dump(exclude={"reasoning"}) for a in result.answers])
+            ev = EvalRecord(task=result.task, dataset=result.dataset, sampling=result.sampling, seed=result.seed,
+                            limit=result.limit, per_category=result.per_category, sample_digest=result.sample_digest,
+                            summary=result.summary, elapsed_s=result.elapsed_s, resumed=result.resumed)
+            _pair_with_baseline(record, ev, result, history)
+            ev.others = _other_models(prof, ev)
+            record.evals.append(ev)
+            notes.append(f"{result.task} {C.fmt_accuracy(result.summary.accuracy)}"
+                         + (f" ({ev.comparison.describe()})" if ev.comparison else ""))
+        st.note = "; ".join(notes)
+
+
+def _keep_partial(record: RunRecord, p: PreparedEval, log_path: Path, exc: RoostError) -> None:
+    """An evaluation cut short: what its log holds goes to the store and the record (status failed)."""
+    answers = read_answers(log_path) if log_path.is_file() else []
+    digest = sample_digest(p.dataset.questions)
+    append_eval_answers(record.meta, p.settings.task, digest, [{k: v for k, v in a.items() if k != "reasoning"}
+                                                               for a in answers])
+    record.evals.append(EvalRecord(task=p.settings.task, status="failed", error=str(exc), dataset=p.dataset.info,
+                                   sampling=p.settings.sampling, seed=p.settings.seed, limit=p.settings.limit,
+                                   per_category=p.settings.per_category, sample_digest=digest,
+                                   summary=summarize(answers)))
+
+
+def _pair_with_baseline(record: RunRecord, ev: EvalRecord, result: EvalResult, history: list[RunRecord]) -> None:
+    """``ev.comparison``: this run's verdicts against the baseline run's, question by question."""
+    found = accuracy_baseline(ev, history, before=record.meta.started_at)
+    if found is None:
+        return
+    base_rec, base_ev = found
+    rows = load_eval_answers(base_rec.meta.run_id, base_ev.task, model=base_rec.meta.repo_id)
+    before = {str(r.question_id): (str(r.category or ""), r.verdict == "correct") for r in rows.itertuples()}
+    now = {a.id: (a.category, a.verdict == "correct") for a in result.answers}
+    ev.baseline_run_id = base_rec.meta.run_id
+    ev.baseline = _score_of(base_rec, base_ev)
+    ev.comparison = paired(before, now)
+    if ev.comparison is not None and ev.comparison.significant:
+        log = get_run_logger().warning if ev.comparison.direction == "worse" else get_run_logger().info
+        log("%s accuracy vs run %s: %s", ev.task, base_rec.meta.run_id, ev.comparison.describe())
+
+
+def _other_models(prof: ModelProfile, ev: EvalRecord) -> list[OtherModelScore]:
+    """The profile's ``eval_compare_with`` models' newest scores on the same dataset revision."""
+    out = []
+    for repo_id in prof.eval_compare_with:
+        found = latest_scores(ev.task, ev.dataset.revision, load_records(model=repo_id))
+        if found is None:
+            continue
+        out.append(_score_of(*found))
+    return out
+
+
+def _score_of(rec: RunRecord, ev: EvalRecord) -> OtherModelScore:
+    s = ev.summary
+    return OtherModelScore(repo_id=rec.meta.repo_id, run_id=rec.meta.run_id, host=rec.meta.host, accuracy=s.accuracy,
+                           ci_low=s.ci_low, ci_high=s.ci_high, n=s.n, per_category=s.per_category)
 
 
 # --- after the health-wait: the vision probe ---------------------------------------------------------

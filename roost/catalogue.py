@@ -69,6 +69,18 @@ Per run
 ``unmeasurable_requests`` completed requests whose decode timing was unmeasurable (see above).
 ======================== ======================================================================
 
+Accuracy (``roost eval``, the pipeline's evaluations; ``roost/eval/scoring.py``)
+-------------------------------------------------------------------------------
+========================== ====================================================================
+``accuracy``               correct / n over the whole sample; unparsed and truncated answers count
+                           as wrong and are counted apart (``unparsed``, ``truncated``).
+``accuracy_ci95``          the 95 % Wilson score interval of the accuracy.
+``mean_output_tokens``     completion tokens (reasoning included, from ``usage``) / n.
+``accuracy_paired_change`` correct now minus correct in the baseline over the questions both runs
+                           answered, in points; a regression only when McNemar's exact test on
+                           the discordant pairs gives p < 0.05.
+========================== ====================================================================
+
 Percentiles interpolate linearly between closest ranks (``numpy.percentile``'s default, which
 ``vllm bench serve`` uses); the median is p50. Only completed requests enter the distributions;
 failed ones are counted in ``errors``.
@@ -221,6 +233,38 @@ SPEC_ACCEPTANCE = Metric(name="spec_acceptance_rate", label="draft acceptance", 
 VISION_PROBE_LATENCY = Metric(name="vision_probe_latency_s", label="vision probe", unit="s", direction=None,
                               definition="one chat request with a 64x64 PNG image_url: sent -> answer")
 CATALOGUE |= {m.name: m for m in (MTP_SPEEDUP, SPEC_ACCEPTANCE, VISION_PROBE_LATENCY)}
+
+# Accuracy (roost/eval/scoring.py computes them; stored as fractions, printed as percentages)
+ACCURACY = Metric(name="accuracy", label="accuracy", unit="%", direction=H,
+                  definition="correct / n over every question of the sample (unparsed and truncated count as wrong)")
+ACCURACY_CI = Metric(name="accuracy_ci95", label="95% interval", unit="%", direction=None,
+                     definition="Wilson score interval of the accuracy, 95 %")
+UNPARSED = Metric(name="unparsed", label="unparsed answers", unit="questions", direction=L,
+                  definition="answers in which the task's extraction found no answer (finished, not truncated)")
+TRUNCATED = Metric(name="truncated", label="truncated answers", unit="questions", direction=L,
+                   definition="answers cut by max_tokens (finish_reason == 'length'), whatever they contain")
+MEAN_OUTPUT_TOKENS = Metric(name="mean_output_tokens", label="mean output tokens", unit="tokens", direction=None,
+                            definition="usage.completion_tokens (reasoning included) summed / n")
+ACCURACY_CHANGE = Metric(name="accuracy_paired_change", label="paired accuracy change", unit="points", direction=H,
+                         definition="(correct now - correct in the baseline) / paired questions, in points; judged "
+                         "by McNemar's exact test on the discordant pairs (p < 0.05)")
+CATALOGUE |= {m.name: m for m in (ACCURACY, ACCURACY_CI, UNPARSED, TRUNCATED, MEAN_OUTPUT_TOKENS, ACCURACY_CHANGE)}
+
+
+def accuracy_for(title: str, task: str) -> Metric:
+    """The accuracy metric of one task: ``accuracy@gsm8k``, labelled ``GSM8K accuracy``."""
+    return ACCURACY.model_copy(update={"name": f"accuracy@{task}", "label": f"{title} accuracy",
+                                       "definition": f"{ACCURACY.definition} ({title})"})
+
+
+def fmt_accuracy(accuracy: float | None, low: float | None = None, high: float | None = None) -> str:
+    """``81.1% (95% CI 78.0-84.0%)`` from fractions; ``—`` without a value."""
+    if accuracy is None:
+        return "—"
+    text = ACCURACY.format(100 * accuracy)
+    if low is not None and high is not None:
+        text += f" (95% CI {100 * low:.1f}–{100 * high:.1f}%)"
+    return text
 
 
 # --- the knee ---------------------------------------------------------------------------------------

@@ -247,7 +247,26 @@ def headline_rows(record: RunRecord) -> list[HeadlineRow]:
             f"{h.error_requests:,} of {h.requests:,}", compared=True),
         *([row(C.UNMEASURABLE, float(h.unmeasurable_requests), unmeasurable_text(record))]
           if h.unmeasurable_requests else []),
+        *accuracy_rows(record),
     ]
+
+
+def accuracy_rows(record: RunRecord) -> list[HeadlineRow]:
+    """One row per evaluation: accuracy with its interval, and the paired change when there is one."""
+    from roost.eval.tasks import TASKS
+
+    rows = []
+    for e in record.evals:
+        metric = C.accuracy_for(TASKS[e.task].title if e.task in TASKS else e.task, e.task)
+        s = e.summary
+        text = C.fmt_accuracy(s.accuracy, s.ci_low, s.ci_high) + f" on {s.n:,}"
+        if e.status != "completed":
+            text += f" (stopped: {e.error[:80]})"
+        if e.comparison is not None:
+            text += f"; {e.comparison.describe()}"
+        rows.append(HeadlineRow(metric=metric, label=metric.label,
+                                value=100 * s.accuracy if s.accuracy is not None else None, text=text))
+    return rows
 
 
 def _finite(value: float | None) -> bool:

@@ -66,6 +66,13 @@ def run_verdict(record: RunRecord, comparison: RegressionReport | None) -> RunVe
         stage = record.failed_stage or "setup"
         why = _one_line(record.failure_message) if record.failure_message else record.status
         return RunVerdict(kind="failed", message=f"failed at {stage}: {why}")
+    worse = record.accuracy_regressions
+    if worse:
+        speed = ", ".join(f"{c.metric.label} {fmt_change(c.change_pct)}" for c in comparison.regressions) \
+            if comparison is not None else ""
+        acc = ", ".join(f"{e.task} accuracy {e.comparison.delta_points:+.1f} points (McNemar p = "
+                        f"{e.comparison.p_value:.2g})" for e in worse if e.comparison is not None)
+        return RunVerdict(kind="regressed", message=_one_line(f"regressed: {', '.join(x for x in (acc, speed) if x)}"))
     if comparison is None:
         return RunVerdict(kind="unknown", message="completed; not compared with a baseline")
     status = str(comparison.status)

@@ -19,6 +19,7 @@ from roost.plan.inputs import PlanInputs
 from roost.regress import RegressConfig
 
 if TYPE_CHECKING:
+    from roost.eval.runner import EvalSettings
     from roost.serve.base import ServeSpec
     from roost.serve.occupancy import RestartPolicy
 
@@ -53,6 +54,33 @@ class ModelProfile(BaseModel):
         default_factory=dict,
         description="Regression check settings (roost.regress.RegressConfig: window, rel_floor, mad_k, key_fields).",
     )
+
+    evals: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Accuracy evaluations run after the benchmark (roost.eval.runner.EvalSettings.for_task fields: "
+        "task, dataset, limit, per_category, seed, temperature, top_p, top_k, max_tokens, thinking, concurrency).")
+    eval_compare_with: list[str] = Field(
+        default_factory=list, description="Other models (Hub repo ids) whose latest stored scores on the same "
+        "evaluations the report shows beside this one's.")
+
+    @field_validator("evals")
+    @classmethod
+    def _evals(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from roost.eval.runner import EvalSettings
+
+        for spec in value:
+            if not isinstance(spec, dict) or "task" not in spec:
+                raise ValueError("each evaluation needs a 'task' (gsm8k, math500 or mmlu-pro)")
+            try:
+                EvalSettings.for_task(**spec)
+            except UserError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    def eval_settings(self) -> list[EvalSettings]:
+        from roost.eval.runner import EvalSettings
+
+        return [EvalSettings.for_task(**spec) for spec in self.evals]
 
     @field_validator("regress")
     @classmethod
@@ -95,6 +123,9 @@ LOCAL = ModelProfile(
     max_num_seqs=2,  # below the top benchmark level, so the report shows requests queueing past the cap
     vllm_overrides=["--dtype", "bfloat16"],
     bench={"prompt_lengths": [128, 1024], "output_tokens": 64, "concurrency": [1, 4], "repeats": 2, "warmup": 2},
+    # a small GSM8K-format set from the demo's own Hub mirror (roost.demo.evalset): greedy, short answers
+    evals=[{"task": "gsm8k", "dataset": "roost-demo/gsm8k-mini", "limit": 12, "max_tokens": 48, "temperature": 0.0,
+            "thinking": False, "concurrency": 4}],
     demo=True,
 )
 
@@ -131,6 +162,9 @@ ORNITH_15_NVFP4 = ModelProfile(
     max_num_seqs=20,
     port=8004,  # the recipe's: the metering gateway and Prometheus scrape it there
     mtp_ab=True,  # the recipe measured MTP at +41% decode at one user, shrinking under load
+    # the recipe's accuracy runs: thinking-mode sampling (0.6 / 0.95 / 20); GSM8K and MATH-500 with 16 in
+    # flight, MMLU-Pro on 50 questions per category (700), 8 in flight, 16,384 tokens per answer
+    evals=[{"task": "gsm8k"}, {"task": "math500"}, {"task": "mmlu-pro", "per_category": 50, "concurrency": 8}],
     bench={"prompt_lengths": [512, 2048, 8192, 32768, WINDOW_MAX], "output_tokens": 512,
            "concurrency": [1, 16, 20, 24], "repeats": 3},
     health_timeout_s=900,

@@ -17,11 +17,16 @@ Schema history:
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+from roost.eval.datasets import DatasetInfo
+from roost.eval.scoring import CategoryScore, EvalSummary, PairedComparison
+from roost.eval.tasks import Sampling
 
 SCHEMA_VERSION = 2
 
@@ -313,6 +318,46 @@ class VisionProbe(BaseModel):
     error: str = ""
 
 
+class OtherModelScore(BaseModel):
+    """Another stored model's latest score on the same evaluation (the recipe's "Ornith vs Qwen3.8")."""
+
+    repo_id: str
+    run_id: str
+    host: str
+    accuracy: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+    per_category: dict[str, CategoryScore] = Field(default_factory=dict)
+
+
+class EvalRecord(BaseModel):
+    """One accuracy evaluation of a run (``roost.eval``): settings, scores, and the paired comparison
+    with the baseline. The per-question answers are in the store's ``eval_answers`` table."""
+
+    task: str
+    status: Literal["completed", "failed"] = "completed"
+    error: str = ""
+    dataset: DatasetInfo
+    sampling: Sampling
+    seed: int = 0
+    limit: int | None = None
+    per_category: int | None = None
+    sample_digest: str = Field(default="", description="Digest of the sample's question ids: runs pair on it.")
+    summary: EvalSummary
+    elapsed_s: float = 0.0
+    resumed: int = 0
+    baseline_run_id: str = Field(default="", description="The earlier run the answers were paired with ('' none).")
+    baseline: OtherModelScore | None = Field(default=None, description="That run's own scores on the same sample.")
+    comparison: PairedComparison | None = None
+    others: list[OtherModelScore] = Field(default_factory=list)
+
+    def key(self) -> tuple[str, str, str, str, str]:
+        """What must match for two evaluations to be paired: task, dataset, sample, sampling."""
+        return (self.task, self.dataset.source, self.dataset.revision, self.sample_digest,
+                json.dumps(self.sampling.answer_fields(), sort_keys=True))
+
+
 class RunRecord(BaseModel):
     """Everything one pipeline run established. Written to ``results/`` and rendered as the report.
 
@@ -335,12 +380,19 @@ class RunRecord(BaseModel):
     decode_ceiling_tok_s: float | None = None
     mtp_ab: MtpAB | None = Field(default=None, description="With and without --speculative-config (roost.bench.mtp).")
     vision_probe: VisionProbe | None = Field(default=None, description="The image request after the health-wait.")
+    evals: list[EvalRecord] = Field(default_factory=list, description="Accuracy evaluations (roost.eval), in order.")
     report_path: str = ""
 
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
         return upgrade_record(data) if isinstance(data, dict) else data
+
+    @property
+    def accuracy_regressions(self) -> list[EvalRecord]:
+        """Evaluations significantly worse than the baseline run on the same questions (McNemar)."""
+        return [e for e in self.evals if e.comparison is not None and e.comparison.significant
+                and e.comparison.direction == "worse"]
 
 
 def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:

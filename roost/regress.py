@@ -29,6 +29,7 @@ a move the right way by more than the same threshold is an *improvement*; anythi
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from roost.catalogue import Direction, Metric
 from roost.headline import Measured, run_metrics
-from roost.records import Distribution, RunMeta, RunRecord
+from roost.records import Distribution, EvalRecord, RunMeta, RunRecord
 
 Verdict = Literal["regressed", "improved", "unchanged", "new", "insufficient"]
 Status = Literal["baseline", "ok", "regressed", "failed_run", "insufficient"]
@@ -276,3 +277,38 @@ def compare(current: RunRecord, history: Iterable[RunRecord], config: RegressCon
     if improved:
         message += f"; {len(improved)} improved"
     return report("regressed" if regressed else "ok", message, baseline_run_ids=ids, comparisons=comparisons)
+
+
+# --- accuracy --------------------------------------------------------------------------------------
+#
+# Accuracy is compared run to run on the same questions, not against a median: the baseline is the
+# newest earlier completed run of the same model (any host, image or commit: a new quantization,
+# chat template or serving image is exactly what the check must catch) with an evaluation of the
+# same key (task, dataset revision, sample, sampling other than concurrency) that was not itself a
+# significant drop: a regression stays flagged, night after night, until the accuracy is back (a
+# drop one accepts is accepted by changing the evaluation, which starts a new key).
+# roost.eval.scoring.paired does the test.
+
+
+def accuracy_baseline(current: EvalRecord, history: Iterable[RunRecord],
+                      before: dt.datetime | None = None) -> tuple[RunRecord, EvalRecord] | None:
+    """The run (and its evaluation) ``current`` is paired with; None when no earlier run matches."""
+    for rec in sorted(history, key=lambda r: r.meta.started_at, reverse=True):
+        if rec.status != "completed" or (before is not None and rec.meta.started_at >= before):
+            continue
+        for e in rec.evals:
+            regressed = e.comparison is not None and e.comparison.significant and e.comparison.direction == "worse"
+            if e.status == "completed" and e.key() == current.key() and not regressed:
+                return rec, e
+    return None
+
+
+def latest_scores(task: str, dataset_revision: str, history: Iterable[RunRecord]) -> tuple[RunRecord, EvalRecord] | None:
+    """Another model's newest completed evaluation of ``task`` on the same dataset revision."""
+    for rec in sorted(history, key=lambda r: r.meta.started_at, reverse=True):
+        if rec.status != "completed":
+            continue
+        for e in rec.evals:
+            if e.status == "completed" and e.task == task and e.dataset.revision == dataset_revision:
+                return rec, e
+    return None

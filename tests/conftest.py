@@ -26,6 +26,11 @@ os.environ["ROOST_RESULTS_DIR"] = str(_SESSION_DIR / "results")
 # theirs): a server with the model and arguments of an earlier one loads its compiled entry instead of
 # compiling again (vLLM's hash ignores the port, the served name and VLLM_API_KEY); never the user's own.
 os.environ["VLLM_CACHE_ROOT"] = str(_SESSION_DIR / "vllm-cache")
+# vLLM on CPU runs its model worker inside the engine-core process instead of spawning a third Python
+# process (vLLM's "uni" executor, its default for one device whenever V1 multiprocessing is off; the API
+# server keeps its own engine-core process): each cold start saves one interpreter importing torch and
+# vLLM, ~20 s on these 2 cores. The API, /metrics and the log lines roost reads are the same.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ["PREFECT_HOME"] = str(_SESSION_DIR / "prefect-home")
 os.environ.pop("PREFECT_API_URL", None)
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")

@@ -174,6 +174,6 @@ def _summary(data: dict[str, Any]) -> str:
             f"  aggregate {C.OUTPUT_THROUGHPUT.format(p.output_tok_s.median)}"
         )
     for s in record.stages:
-        lines.append(f"  stage {s.stage:<12} {s.seconds:7.1f} s  {s.status}{' (cached)' if s.cached else ''}")
+        lines.append(f"  stage {s.stage:<14} {s.seconds:7.1f} s  {s.status}{' (cached)' if s.cached else ''}")
     lines.append(f"report: {record.report_path}")
     return "\n".join(lines)

@@ -135,6 +135,7 @@ def publish_repo(
     lfs_patterns: Sequence[str] = (),
     tag: str | None = None,
     lfs_store: Literal["copy", "hardlink"] = "copy",
+    repo_type: Literal["models", "datasets"] = "models",
 ) -> str:
     """Commit the content of ``src_dir`` as the new head of ``main`` of ``repo_id``; return the commit sha.
 
@@ -143,12 +144,13 @@ def publish_repo(
     be pinned. A ``.gitattributes`` naming the LFS files is added when ``src_dir`` has none, as on the Hub.
     When nothing changed, no commit is made and the current head is returned. ``tag`` (optional) is
     created or moved to the returned commit. ``lfs_store="hardlink"`` links LFS objects instead of
-    copying them (for huge or sparse benchmark replicas on the same filesystem).
+    copying them (for huge or sparse benchmark replicas on the same filesystem). ``repo_type="datasets"``
+    publishes a dataset repo (``huggingface_hub``'s ``repo_type="dataset"`` reads it).
     """
     src_dir = Path(src_dir).resolve()
     if not src_dir.is_dir():
         raise UserError(f"cannot publish {src_dir}: not a directory")
-    repo = mirror_repo_path(Path(mirrors_root).resolve(), repo_id)
+    repo = mirror_repo_path(Path(mirrors_root).resolve(), repo_id, repo_type)
     if not (repo / ".git").is_dir():
         repo.mkdir(parents=True, exist_ok=True)
         _git(repo, "init", "-q", "-b", "main")

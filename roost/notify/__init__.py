@@ -3,8 +3,9 @@
 
 Three kinds of message:
 
-- ``regression``: at least one metric regressed against the baseline; lists every one before -> after
-  (packed into as many sections as Block Kit allows) and mentions the configured people.
+- ``regression``: at least one metric regressed against the baseline, or an evaluation's accuracy fell
+  significantly on the same questions (McNemar); lists every one before -> after (packed into as many
+  sections as Block Kit allows), the categories that moved, and mentions the configured people.
 - ``failure``: the run failed; names the stage, the failure class and its remediation.
 - ``run``: a routine report of the headline numbers (sent only with ``notify_on`` ``every_run``).
 
@@ -20,9 +21,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from roost.catalogue import fmt_change, fmt_value
+from roost.catalogue import fmt_accuracy, fmt_change, fmt_value
 from roost.headline import headline, headline_rows
-from roost.records import RunRecord, utcnow
+from roost.records import EvalRecord, RunRecord, utcnow
 from roost.regress import MetricComparison, RegressionReport
 
 NotifyKind = Literal["regression", "failure", "run"]
@@ -68,7 +69,7 @@ def message_kind(record: RunRecord, comparison: RegressionReport | None) -> Noti
     """What kind of message this run calls for."""
     if record.status != "completed":
         return "failure"
-    if comparison is not None and comparison.has_regressions:
+    if (comparison is not None and comparison.has_regressions) or record.accuracy_regressions:
         return "regression"
     return "run"
 
@@ -173,6 +174,26 @@ def _listing(title: str, items: list[MetricComparison]) -> str:
     return f"*{title}*\n" + "\n".join(lines)
 
 
+def accuracy_line(e: EvalRecord, *, markup: bool = True) -> str:
+    """``GSM8K: 66.0% (95% CI 52.2–77.6%) on 50; −12.0 points vs run R (lost 8, gained 2; McNemar p = 0.03);
+    moved: algebra lost 5, geometry lost 3``."""
+    from roost.eval.tasks import TASKS
+
+    title = TASKS[e.task].title if e.task in TASKS else e.task
+    s = e.summary
+    line = f"{title}: {fmt_accuracy(s.accuracy, s.ci_low, s.ci_high)} on {s.n:,}"
+    if e.status != "completed":
+        line += f" (stopped: {e.error[:120]})"
+    c = e.comparison
+    if c is not None:
+        line += f"; {c.delta_points:+.1f} points vs run {e.baseline_run_id} (lost {c.lost}, gained {c.gained}; " \
+                f"McNemar p = {c.p_value:.2g}{', significant' if c.significant else ''})"
+        moved = [f"{m.category} lost {m.lost}, gained {m.gained}" for m in c.categories if m.category][:5]
+        if c.significant and moved:
+            line += f"; moved: {'; '.join(moved)}"
+    return escape(line) if markup else line
+
+
 def build_message(
     record: RunRecord,
     comparison: RegressionReport | None,
@@ -193,15 +214,20 @@ def build_message(
         cls = record.failure_class or "failure"
         text = f"{title} at {stage} ({cls})"
     elif kind == "regression":
-        assert comparison is not None
         title = f"roost regression: {who}"
-        first = ranked(record, comparison.regressions)[0]
-        text = (
-            f"{title}: {first.metric.label} {fmt_value(first.baseline, first.metric.unit)} → "
-            f"{fmt_value(first.current, first.metric.unit)} ({fmt_change(first.change_pct)})"
-        )
-        if len(comparison.regressions) > 1:
-            text += f" and {len(comparison.regressions) - 1} more"
+        speed = ranked(record, comparison.regressions) if comparison is not None else []
+        worse = record.accuracy_regressions
+        if worse:
+            text = f"{title}: {accuracy_line(worse[0], markup=False)}"
+        else:
+            first = speed[0]
+            text = (
+                f"{title}: {first.metric.label} {fmt_value(first.baseline, first.metric.unit)} → "
+                f"{fmt_value(first.current, first.metric.unit)} ({fmt_change(first.change_pct)})"
+            )
+        more = len(speed) + len(worse) - 1
+        if more > 0:
+            text += f" and {more} more"
     else:
         title = f"roost run: {who}"
         h = headline(record)
@@ -234,6 +260,9 @@ def build_message(
                            for k, v in fields[:MAX_FIELDS]],
             }
         )
+
+    if record.evals and kind != "failure":
+        blocks.append(_section("\n".join(["*Accuracy*", *(accuracy_line(e) for e in record.evals)])[:MAX_SECTION_TEXT]))
 
     tail: list[dict[str, Any]] = []
     if comparison is not None and kind != "failure":

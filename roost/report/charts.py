@@ -353,3 +353,46 @@ def history(
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower left", fontsize=8)
     return _save(fig, path)
+
+
+def accuracy(record: RunRecord, index: int, path: Path) -> Path | None:
+    """One evaluation's accuracy per category as grouped bars: this run, the baseline run it was paired
+    with, and the other models the profile compares with; the whole sample first, with each series'
+    95 % Wilson interval. None when the evaluation has no score."""
+    from roost.eval.tasks import TASKS
+
+    e = record.evals[index]
+    if e.summary.accuracy is None:
+        return None
+    series: list[tuple[str, float | None, float | None, float | None, dict[str, float | None]]] = [
+        ("this run", e.summary.accuracy, e.summary.ci_low, e.summary.ci_high,
+         {k: v.accuracy for k, v in e.summary.per_category.items()})]
+    if e.baseline is not None:
+        series.append((f"baseline ({e.baseline.run_id[:15]})", e.baseline.accuracy, e.baseline.ci_low,
+                       e.baseline.ci_high, {k: v.accuracy for k, v in e.baseline.per_category.items()}))
+    for o in e.others:
+        series.append((o.repo_id, o.accuracy, o.ci_low, o.ci_high, {k: v.accuracy for k, v in o.per_category.items()}))
+    groups = ["all", *sorted(e.summary.per_category)]
+    fig = _figure(8.0, max(2.6, 0.42 * len(groups) * max(1, len(series)) + 1.2))
+    ax = fig.add_subplot()
+    height = 0.8 / len(series)
+    colours = [BLUE, GREY, ORANGE, GREEN, RED]
+    for i, (label, acc, low, high, cats) in enumerate(series):
+        ys = [g + i * height for g in range(len(groups))]
+        got = [acc if g == "all" else cats.get(g) for g in groups]
+        vals = [100 * v if v is not None else 0.0 for v in got]
+        ax.barh(ys, vals, height=height * 0.9, color=colours[i % len(colours)], label=label)
+        if acc is not None and low is not None and high is not None:
+            ax.errorbar([100 * acc], [ys[0]], xerr=[[100 * (acc - low)], [100 * (high - acc)]], fmt="none",
+                        ecolor="black", capsize=4, lw=1.2)
+        ax.text(vals[0] + 1, ys[0], f"{vals[0]:.1f}%", va="center", fontsize=8)
+    ax.set_yticks([g + 0.4 - height / 2 for g in range(len(groups))])
+    ax.set_yticklabels(groups)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 105)
+    ax.set_xlabel("accuracy (%); the whole sample with its 95% Wilson interval")
+    title = TASKS[e.task].title if e.task in TASKS else e.task
+    ax.set_title(f"{title} accuracy — {record.meta.profile} on {record.meta.host} ({e.summary.n:,} questions)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    return _save(fig, path)

@@ -515,6 +515,59 @@ def _mtp_ab_section(record: RunRecord) -> Section | None:
     return sec
 
 
+def _accuracy_section(record: RunRecord, charts: dict[str, Path]) -> Section | None:
+    """Each evaluation: accuracy with its interval, the failure modes (unparsed, truncated), output
+    length, the paired comparison with the baseline run (McNemar), other models, and the per-category
+    chart (``roost.eval``; definitions in ``roost/catalogue.py``)."""
+    if not record.evals:
+        return None
+    from roost.eval.tasks import TASKS
+
+    sec = Section(title="Accuracy")
+    rows = []
+    for e in record.evals:
+        s = e.summary
+        title = TASKS[e.task].title if e.task in TASKS else e.task
+        rows.append([title + ("" if e.status == "completed" else " (stopped)"), f"{s.n:,}",
+                     C.fmt_accuracy(s.accuracy, s.ci_low, s.ci_high), _i(s.unparsed), _i(s.truncated),
+                     C.MEAN_OUTPUT_TOKENS.format(s.mean_output_tokens),
+                     e.comparison.describe() if e.comparison else "no earlier run of the same questions"])
+    sec.blocks.append(Table(headers=["Task", "Questions", C.ACCURACY.title, C.UNPARSED.title, C.TRUNCATED.title,
+                                     C.MEAN_OUTPUT_TOKENS.title, "Against the baseline (paired)"],
+                            rows=rows, align_right=[1, 3, 4, 5]))
+    for e in record.evals:
+        title = TASKS[e.task].title if e.task in TASKS else e.task
+        sp = e.sampling
+        text = (f"**{title}**: dataset {code(e.dataset.source)} @ {code(e.dataset.revision[:16])}, seed {e.seed}"
+                + (f", {e.per_category} per category" if e.per_category else "")
+                + (f", limit {e.limit}" if e.limit else "")
+                + f"; temperature {sp.temperature}, top_p {sp.top_p}, top_k {sp.top_k}, max_tokens {sp.max_tokens:,}, "
+                f"thinking {'on' if sp.thinking else 'off'}, {sp.concurrency} in flight.")
+        if e.status != "completed":
+            text += f" Stopped: {e.error}"
+        if e.resumed:
+            text += f" {e.resumed} answers came from the run's log (a retried stage), not asked again."
+        sec.blocks.append(Para(text=text))
+        c = e.comparison
+        if c is not None and c.categories:
+            sec.blocks.append(Table(
+                headers=["Category", "Paired", "Right before, wrong now", "Wrong before, right now", "McNemar p"],
+                rows=[[m.category or "all", str(m.pairs), str(m.lost), str(m.gained), f"{m.p_value:.3g}"]
+                      for m in c.categories],
+                align_right=[1, 2, 3, 4]))
+        if e.others:
+            sec.blocks.append(Table(
+                headers=["Other model", "Run", C.ACCURACY.title, "Questions"],
+                rows=[[code(o.repo_id), code(o.run_id), C.fmt_accuracy(o.accuracy, o.ci_low, o.ci_high), f"{o.n:,}"]
+                      for o in e.others], align_right=[3]))
+        chart = charts.get(f"accuracy_{e.task}")
+        if chart is not None:
+            sec.blocks.append(Image(alt=f"{title} accuracy per category", path=chart))
+    sec.blocks.append(Para(text=f"{C.ACCURACY.title}: {C.ACCURACY.definition}; interval: {C.ACCURACY_CI.definition}. "
+                                f"{C.ACCURACY_CHANGE.title}: {C.ACCURACY_CHANGE.definition}."))
+    return sec
+
+
 def _ceiling_section(record: RunRecord) -> Section:
     sec = Section(title="Decode vs the roofline ceiling")
     ceiling = record.decode_ceiling_tok_s
@@ -681,7 +734,7 @@ def build_document(
         *[w for w in (_weights(record), _vllm_log(record)) if w is not None],
         _prompt_section(record, charts),
         _concurrency_section(record, charts),
-        *[s for s in (_mtp_ab_section(record),) if s is not None],
+        *[s for s in (_mtp_ab_section(record), _accuracy_section(record, charts)) if s is not None],
         _ceiling_section(record),
         _timeline(record, charts),
     ]

@@ -47,6 +47,8 @@ def render_charts(
         "throughput_vs_concurrency": ch.throughput_vs_concurrency(record, charts_dir / "throughput_vs_concurrency.png"),
         "timeline": ch.timeline(record, charts_dir / "timeline.png"),
     }
+    for i, e in enumerate(record.evals):
+        made[f"accuracy_{e.task}"] = ch.accuracy(record, i, charts_dir / f"accuracy_{e.task}.png")
     for field in ch.HISTORY_METRICS:
         made[f"history_{field}"] = ch.history(field, record, history, comparison, charts_dir / f"history_{field}.png")
     return {k: v for k, v in made.items() if v is not None}

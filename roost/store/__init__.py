@@ -6,6 +6,8 @@ Layout under the root (``roost.settings.results_dir()`` unless a root is passed)
     points/model=<slug>/host=<host>/<run_id>.parquet          one row per BenchPoint, with run columns
     requests/model=<slug>/host=<host>/<run_id>.parquet        one row per benchmark request (timings, tokens, errors)
     notifications/model=<slug>/host=<host>/<run_id>-<n>.parquet  one row per notification attempt
+    evals/model=<slug>/host=<host>/<run_id>.parquet           one row per accuracy evaluation (roost.eval)
+    eval_answers/model=<slug>/host=<host>/<run_id>-<task>.parquet  one row per question asked
     records/model=<slug>/host=<host>/<run_id>.json            the full RunRecord, for reports
     reports/model=<slug>/host=<host>/<run_id>/                the rendered report (see roost.report)
 
@@ -50,6 +52,8 @@ from roost.records import RunMeta, RunRecord
 from roost.store.atomic import AlreadyStored, atomic_write_bytes, atomic_write_text
 from roost.store.layout import TABLES, comparable_key_id, partition, record_path, report_dir, slug, store_root
 from roost.store.schema import (
+    EVAL_ANSWERS_SCHEMA,
+    EVALS_SCHEMA,
     NOTIFICATIONS_SCHEMA,
     PARTITION_SCHEMA,
     POINTS_SCHEMA,
@@ -57,6 +61,7 @@ from roost.store.schema import (
     RUNS_SCHEMA,
     SCHEMAS,
     STORE_VERSION,
+    eval_rows,
     flatten_point,
     parquet_bytes,
     point_rows,
@@ -65,8 +70,8 @@ from roost.store.schema import (
 
 __all__ = [
     "NOTIFICATIONS_SCHEMA", "POINTS_SCHEMA", "REQUESTS_SCHEMA", "RUNS_SCHEMA", "STORE_VERSION", "TABLES",
-    "AlreadyStored", "StoredRun", "append_notification", "append_requests", "append_run", "atomic_write_bytes",
-    "atomic_write_text", "comparable_key_id", "flatten_point", "load_notifications", "load_points", "load_record",
+    "AlreadyStored", "StoredRun", "append_eval_answers", "append_notification", "append_requests", "append_run", "atomic_write_bytes",
+    "atomic_write_text", "comparable_key_id", "flatten_point", "load_eval_answers", "load_evals", "load_notifications", "load_points", "load_record",
     "load_records", "load_runs", "load_table", "partition", "point_rows", "record_path", "report_dir", "run_row", "slug",
 ]
 
@@ -98,6 +103,10 @@ def append_run(record: RunRecord, root: Path | None = None) -> StoredRun:
         points_file = partition(root, "points", meta.repo_id, meta.host) / f"{meta.run_id}.parquet"
         with contextlib.suppress(AlreadyStored):
             atomic_write_bytes(points_file, parquet_bytes(point_rows(record), POINTS_SCHEMA))
+    if record.evals:
+        evals_file = partition(root, "evals", meta.repo_id, meta.host) / f"{meta.run_id}.parquet"
+        with contextlib.suppress(AlreadyStored):
+            atomic_write_bytes(evals_file, parquet_bytes(eval_rows(record), EVALS_SCHEMA))
     atomic_write_bytes(run_file, parquet_bytes([run_row(record, rec_file)], RUNS_SCHEMA))
     return StoredRun(run_id=meta.run_id, run_path=run_file, points_path=points_file, record_path=rec_file)
 
@@ -116,6 +125,35 @@ def append_requests(meta: RunMeta, rows: list[dict[str, Any]], root: Path | None
     data = parquet_bytes([{**ident, **{k: v for k, v in r.items() if k in names}} for r in rows], REQUESTS_SCHEMA)
     path = partition(root, "requests", meta.repo_id, meta.host) / f"{meta.run_id}.parquet"
     return atomic_write_bytes(path, data)
+
+
+def append_eval_answers(meta: RunMeta, task: str, sample_digest: str, answers: list[dict[str, Any]],
+                        root: Path | None = None) -> Path | None:
+    """Store one row per question an evaluation asked (``eval_answers`` table), written once per run
+    and task, atomically; None when there is nothing to write. Reasoning stays in the eval log."""
+    if not answers:
+        return None
+    ident = {"store_version": STORE_VERSION, "run_id": meta.run_id, "profile": meta.profile, "repo_id": meta.repo_id,
+             "commit": meta.commit, "host_name": meta.host, "task": task, "sample_digest": sample_digest}
+    names = set(EVAL_ANSWERS_SCHEMA.names)
+    rows = [{**ident, "question_id": a["id"], **{k: v for k, v in a.items() if k in names}} for a in answers]
+    path = partition(root, "eval_answers", meta.repo_id, meta.host) / f"{meta.run_id}-{slug(task)}.parquet"
+    with contextlib.suppress(AlreadyStored):  # a retried stage wrote the same answers already
+        atomic_write_bytes(path, parquet_bytes(rows, EVAL_ANSWERS_SCHEMA))
+    return path
+
+
+def load_eval_answers(run_id: str, task: str, root: Path | None = None, model: str | None = None) -> Any:
+    """The per-question rows of one run's evaluation of ``task``."""
+    df = load_table("eval_answers", root, model)
+    return df[(df["run_id"] == run_id) & (df["task"] == task)].reset_index(drop=True)
+
+
+def load_evals(root: Path | None = None, model: str | None = None, host: str | None = None) -> Any:
+    """Evaluations of committed runs, one row each, oldest first."""
+    evals = load_table("evals", root, model, host)
+    committed = set(load_runs(root, model, host)["run_id"])
+    return evals[evals["run_id"].isin(committed)].reset_index(drop=True)
 
 
 def append_notification(meta: RunMeta, result: NotifyResult, root: Path | None = None) -> Path:

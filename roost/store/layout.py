@@ -10,7 +10,7 @@ from pathlib import Path
 from roost.records import RunMeta
 from roost.settings import results_dir
 
-TABLES = ("runs", "points", "requests", "notifications")
+TABLES = ("runs", "points", "requests", "notifications", "evals", "eval_answers")
 
 
 def slug(text: str) -> str:

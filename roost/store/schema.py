@@ -151,8 +151,32 @@ REQUESTS_SCHEMA = pa.schema([
     ("prefill_tok_s", pa.float64()), ("unmeasurable_reason", pa.string()),
 ], metadata={"roost.store_version": str(STORE_VERSION), "roost.table": "requests"})
 
+EVALS_SCHEMA = pa.schema([
+    *_META_FIELDS,
+    ("task", pa.string()), ("eval_status", pa.string()), ("error", pa.string()),
+    ("dataset_source", pa.string()), ("dataset_revision", pa.string()), ("sample_digest", pa.string()),
+    ("seed", pa.int64()), ("sample_limit", pa.int64()), ("sample_per_category", pa.int64()),
+    ("sampling", pa.string()),
+    ("n", pa.int64()), ("correct", pa.int64()), ("wrong", pa.int64()), ("unparsed", pa.int64()),
+    ("truncated", pa.int64()), ("accuracy", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64()),
+    ("mean_output_tokens", pa.float64()), ("per_category", pa.string()), ("elapsed_s", pa.float64()),
+    ("baseline_run_id", pa.string()), ("paired_p_value", pa.float64()), ("paired_change_points", pa.float64()),
+    ("paired_significant", pa.bool_()),
+], metadata={"roost.store_version": str(STORE_VERSION), "roost.table": "evals"})
+"""One row per evaluation of a committed run (``RunRecord.evals``): the run-level accuracy table."""
+
+EVAL_ANSWERS_SCHEMA = pa.schema([
+    ("store_version", pa.int64()), ("run_id", pa.string()), ("profile", pa.string()), ("repo_id", pa.string()),
+    ("commit", pa.string()), ("host_name", pa.string()), ("task", pa.string()), ("sample_digest", pa.string()),
+    ("question_id", pa.string()), ("category", pa.string()), ("verdict", pa.string()), ("extracted", pa.string()),
+    ("reference", pa.string()), ("output_tokens", pa.int64()), ("prompt_tokens", pa.int64()),
+    ("finish_reason", pa.string()), ("seconds", pa.float64()), ("answer", pa.string()),
+], metadata={"roost.store_version": str(STORE_VERSION), "roost.table": "eval_answers"})
+"""One row per question asked by an evaluation: the per-question table runs are paired on."""
+
 SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "points": POINTS_SCHEMA, "requests": REQUESTS_SCHEMA,
-                                  "notifications": NOTIFICATIONS_SCHEMA}
+                                  "notifications": NOTIFICATIONS_SCHEMA, "evals": EVALS_SCHEMA,
+                                  "eval_answers": EVAL_ANSWERS_SCHEMA}
 
 PARTITION_SCHEMA = pa.schema([("model", pa.string()), ("host", pa.string())])
 """The hive partition keys of every table (``model=<slug>/host=<slug>/``)."""
@@ -253,3 +277,24 @@ def parquet_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+
+
+def eval_rows(record: RunRecord) -> list[dict[str, Any]]:
+    """The ``evals`` rows of a record: one per evaluation, with the run's metadata columns."""
+    meta = _meta_row(record)
+    rows = []
+    for e in record.evals:
+        s, c = e.summary, e.comparison
+        rows.append({
+            **meta, "task": e.task, "eval_status": e.status, "error": e.error, "dataset_source": e.dataset.source,
+            "dataset_revision": e.dataset.revision, "sample_digest": e.sample_digest, "seed": e.seed,
+            "sample_limit": e.limit, "sample_per_category": e.per_category, "sampling": e.sampling.model_dump_json(),
+            "n": s.n, "correct": s.correct, "wrong": s.wrong, "unparsed": s.unparsed, "truncated": s.truncated,
+            "accuracy": s.accuracy, "ci_low": s.ci_low, "ci_high": s.ci_high,
+            "mean_output_tokens": s.mean_output_tokens,
+            "per_category": json.dumps({k: v.model_dump() for k, v in s.per_category.items()}, sort_keys=True),
+            "elapsed_s": e.elapsed_s, "baseline_run_id": e.baseline_run_id,
+            "paired_p_value": c.p_value if c else None, "paired_change_points": c.delta_points if c else None,
+            "paired_significant": c.significant if c else None,
+        })
+    return rows

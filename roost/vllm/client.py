@@ -54,11 +54,14 @@ from roost.vllm.timed_net import ConnectFailed, Connection, ConnectionPool, Http
 def normalize_base_url(base_url: str) -> str:
     """``http://host:port`` from what a user may type (a trailing ``/``, ``/v1``); a UserError for
     what cannot be a server's URL."""
-    url = base_url.strip().rstrip("/")
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
+    url = base_url.strip()
     if "://" not in url:
         url = "http://" + url
+    head, sep, rest = url.partition("://")
+    rest = rest.rstrip("/")
+    if rest.endswith("/v1"):
+        rest = rest[: -len("/v1")]
+    url = head + sep + rest
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError for a port out of range or not a number)
@@ -130,6 +133,7 @@ class VllmClient:
         api_key: str | None = None,
         connect_timeout_s: float = 10.0,
         stall_timeout_s: float = 120.0,
+        http_connections: int = 8,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
@@ -146,7 +150,8 @@ class VllmClient:
             headers=self._headers,
             # Reads are bounded by each call's own timeout_s, not by httpx.
             timeout=httpx.Timeout(connect=self.connect_timeout_s, read=None, write=60.0, pool=None),
-            limits=httpx.Limits(max_connections=8, max_keepalive_connections=8),
+            # plain requests (polling; the accuracy runs' answers, as many as they keep in flight)
+            limits=httpx.Limits(max_connections=http_connections, max_keepalive_connections=http_connections),
             verify=self._ssl if self._ssl is not None else False,
             trust_env=False,
         )

@@ -58,8 +58,11 @@ def quick_profile(crash_alerts: Any) -> Iterator[str]:
     the ``roost-vllm-api-key`` Secret, so a later run can benchmark the server an earlier one kept.
     Removed at the end, before ``crash_alerts`` (which it is set up after) turns the alerts off with one
     more ``roost setup``: that run also takes local-quick out of the deployments' forms."""
-    ModelProfileBlock.from_profile(LOCAL.model_copy(update={"name": QUICK, "bench": QUICK_BENCH})).save(
-        QUICK, overwrite=True)
+    ModelProfileBlock.from_profile(LOCAL.model_copy(update={
+        "name": QUICK, "bench": QUICK_BENCH,
+        # no torch.compile warm-up: each cold load 20-45 s shorter (nothing here is about compiling)
+        "vllm_overrides": [*LOCAL.vllm_overrides, "--enforce-eager"],
+    })).save(QUICK, overwrite=True)
     Secret(value=SecretStr(secrets.token_urlsafe(16))).save("roost-vllm-api-key", overwrite=True)
     report = run_setup()
     updated = {i["name"] for i in report["items"] if i["kind"] == "deployment" and i["status"] == "updated"}
@@ -119,11 +122,12 @@ def crashed_then_retried(quick_profile: str, start_worker: Callable[[str, str], 
     fr = _trigger("land/cpu", PARAMS)
     orphan = _wait_for_server(before)  # the serve stage has started vLLM
     killed = worker.kill_hard(spare_pgids={orphan.pid or -1})
+    # the retry's worker starts while the heartbeats are missed (30-60 s): idle until the run is retried
+    start_worker("cpu", "worker-cpu-land-2")
     crashed = wait_final(fr.id, 300)
     orphan_alive_after_crash = orphan.pid is not None and _group_alive(orphan.pid)
     alert = crash_alerts.text_mentioning(str(fr.id))  # before the retry relabels the run
 
-    start_worker("cpu", "worker-cpu-land-2")
     with get_client(sync_client=True) as client:
         result: Any = client.set_flow_run_state(fr.id, AwaitingRetry(message="retry after the worker died"))
     assert result.status.value == "ACCEPT", result

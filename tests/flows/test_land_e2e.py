@@ -165,6 +165,33 @@ def test_report_written_with_measured_numbers(first_run: dict[str, Any]) -> None
     assert first_run["meta"]["commit"][:12] in text
 
 
+def test_the_local_profile_evaluates_accuracy_after_the_benchmark(first_run: dict[str, Any],
+                                                                   slack: SlackReceiver) -> None:
+    """The demo's GSM8K-format set, read through huggingface_hub from the demo's own Hub mirror before the
+    server starts, asked of the served model after the benchmark: scores in the record, every answer in
+    the store's per-question table, an Accuracy section in the report and in the Slack message."""
+    import pandas as pd
+
+    (ev,) = first_run["evals"]
+    assert ev["task"] == "gsm8k" and ev["status"] == "completed"
+    assert ev["dataset"]["source"] == "roost-demo/gsm8k-mini" and re.fullmatch(r"[0-9a-f]{40}", ev["dataset"]["revision"])
+    s = ev["summary"]
+    assert s["n"] == 12 and s["correct"] + s["wrong"] + s["unparsed"] + s["truncated"] == 12
+    assert 0 < s["mean_output_tokens"] <= 48
+    order = [st["stage"] for st in first_run["stages"]]
+    assert order.index("download") < order.index("eval-datasets") < order.index("serve")
+    assert order.index("benchmark") < order.index("evaluate") < order.index("report")
+    answers = pd.read_parquet(Path(os.environ["ROOST_RESULTS_DIR"]) / "eval_answers")
+    mine = answers[answers["run_id"] == first_run["meta"]["run_id"]]
+    assert len(mine) == 12 and mine["question_id"].is_unique and set(mine["verdict"]) <= {
+        "correct", "wrong", "unparsed", "truncated"}
+    assert int(mine["output_tokens"].sum()) == round(s["mean_output_tokens"] * 12)
+    text = Path(first_run["report_path"]).read_text()
+    assert "## Accuracy" in text and "GSM8K" in text and "accuracy_gsm8k.png" in text
+    post = next(c.json() for c in slack.calls("chat.postMessage") if first_run["meta"]["run_id"] in json.dumps(c.json()))
+    assert "*Accuracy*" in json.dumps(post) and "GSM8K: " in json.dumps(post)
+
+
 def test_artifacts_are_in_the_prefect_api(first_run: dict[str, Any]) -> None:
     import asyncio
     from uuid import UUID
@@ -184,6 +211,7 @@ def test_artifacts_are_in_the_prefect_api(first_run: dict[str, Any]) -> None:
     types = {a.type for a in found}
     assert {"markdown", "table", "progress"} <= types, types
     assert any(a.key and a.key.startswith("roost-report") for a in found)
+    assert {"roost-eval-gsm8k-local-cpu", "roost-eval-progress-gsm8k-local-cpu"} <= {a.key for a in found}
 
 
 def test_the_report_opens_from_the_prefect_ui_in_a_browser(
@@ -275,6 +303,10 @@ def test_second_run_reuses_cached_stages_and_repairs_a_half_written_compile_cach
     assert second["ok"], second
     assert list(entry.glob("rank_*/model")) and all(lib.stat().st_size > 0 for lib in entry.rglob("*.main.so"))
     assert vllm_processes() == []
+
+    (ev,) = record["evals"]  # the same questions as the first run's, paired with them (McNemar)
+    assert ev["baseline_run_id"] == first_run["meta"]["run_id"]
+    assert ev["comparison"]["pairs"] == 12 and ev["comparison"]["significant"] is False
 
     fr = _flow_run(record["meta"]["prefect_flow_run_id"])
     assert "verdict:insufficient" in fr.tags and "insufficient baseline" in (fr.state.message or ""), (fr.tags, fr.state)
