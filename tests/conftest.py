@@ -163,7 +163,11 @@ def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]
     key = "test-key-" + os.urandom(6).hex()
     spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(),
                      vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048"],
-                     log_path=session_dir / "vllm-session.log", env={"VLLM_CACHE_ROOT": os.environ["VLLM_CACHE_ROOT"]})
+                     log_path=session_dir / "vllm-session.log",
+                     # the timing tests on this server (agreement with `vllm bench serve`, regression noise)
+                     # pin their clients away from the CPU vLLM's OpenMP binding gives the model worker,
+                     # which only the multiprocess executor does: this one server runs as on a Spark
+                     env={"VLLM_CACHE_ROOT": os.environ["VLLM_CACHE_ROOT"], "VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
     backend = ProcessBackend(CPU.model_copy(update={"name": "test-session"}))
     server = backend.start(spec, key, backend.prepare())
     try:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -379,12 +380,15 @@ def test_a_transfer_cut_midway_resumes_and_completes(big_hub: tuple[HubMirror, P
 
     def cut_once(p: DownloadProgress) -> None:
         part_dir = state_dir(tmp_path / "dl") / "partial"
-        parts = list(part_dir.glob("*.part")) if part_dir.exists() else []
-        big = [q for q in parts if q.stat().st_size > 4_000_000]
+        stats = []
+        for q in part_dir.glob("*.part") if part_dir.exists() else []:
+            with contextlib.suppress(FileNotFoundError):  # a finished file is renamed away between glob and stat
+                stats.append(q.stat())
+        big = [st for st in stats if st.st_size > 4_000_000]
         if p.phase == "download" and "at" not in cut and big:
             mirror.kill()  # SIGKILL: the connection drops mid-file
-            cut["at"] = big[0].stat().st_size
-            cut["inode"] = big[0].stat().st_ino
+            cut["at"] = big[0].st_size
+            cut["inode"] = big[0].st_ino
             threading.Thread(target=restart, daemon=True).start()
 
     result = download_and_verify(
