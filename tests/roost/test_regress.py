@@ -295,10 +295,35 @@ def test_within_run_spread_and_the_pooled_noise_by_hand() -> None:
 # --- a planted regression on a real server ----------------------------------------------------------
 
 
+def _vllm_account(base_url: str) -> dict[str, float]:
+    """Sums and counts of vLLM's own TTFT and per-request TPOT histograms (its /metrics, no key needed)."""
+    import httpx
+
+    from roost.vllm import prometheus
+
+    t = prometheus.totals(prometheus.parse_text(httpx.get(base_url.rstrip("/") + "/metrics", timeout=10).text))
+    return {k: t.get(f"vllm:{k}", 0.0) for k in ("time_to_first_token_seconds_sum", "time_to_first_token_seconds_count",
+                                                   "request_time_per_output_token_seconds_sum",
+                                                   "request_time_per_output_token_seconds_count")}
+
+
+def _means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """vLLM's own mean TTFT and mean TPOT over what was asked between two accounts."""
+    def mean(h: str) -> float:
+        n = after[f"{h}_count"] - before[f"{h}_count"]
+        return (after[f"{h}_sum"] - before[f"{h}_sum"]) / n if n else float("nan")
+    return {"ttft": mean("time_to_first_token_seconds"), "tpot": mean("request_time_per_output_token_seconds")}
+
+
 @pytest.mark.slow
 def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_server: Any) -> None:
     """roost's real benchmark against the session's vLLM server, 3 times directly, then once through a
-    proxy that holds every streamed event back 100 ms (the server slowed on purpose), then a 4th time directly."""
+    proxy that holds every streamed event back 100 ms (the server slowed on purpose), then a 4th time directly.
+
+    The 4th run is "normal" by roost's setup, but two cores shared with everything else can slow the server
+    itself between runs (CI: decode -32% on a run made as the baseline's were). So a flag on the 4th run is
+    judged against vLLM's own account of the same runs (its TTFT and TPOT histograms): a flag vLLM's
+    account shows too is the machine having slowed, a flag it does not show is a false alarm and fails."""
     from urllib.parse import urlsplit
 
     from support.agreement import quiet_clients
@@ -309,10 +334,13 @@ def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_serv
     settings = BenchSettings(prompt_lengths=[64], concurrency=[], output_tokens=24, repeats=3, warmup=1,
                              metrics_poll_s=0)
     started = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+    account: dict[str, dict[str, float]] = {}
 
     def bench(i: int, base_url: str) -> RunRecord:
+        before = _vllm_account(vllm_server.base_url)
         result = run_benchmark(base_url, vllm_server.model, settings, api_key=vllm_server.api_key)
         assert result.status == "completed", result.errors
+        account[f"live-{i}"] = _means(before, _vllm_account(vllm_server.base_url))
         meta = run(i).meta.model_copy(update={"run_id": f"live-{i}", "started_at": started + dt.timedelta(hours=i)})
         return RunRecord(meta=meta, points=result.points)
 
@@ -329,17 +357,24 @@ def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_serv
     name = f"decode_tok_s@prompt={point.prompt_tokens}"
     # one event per 100 ms: 10 tokens/s, or a few more where the server's API process fell behind and sent
     # two tokens in one event (a loaded machine); either way far below the direct runs
-    direct_decode = min(p.decode_tok_s.median or 0.0 for r in direct for p in r.points)
-    assert point.decode_tok_s.median is not None and point.decode_tok_s.median < min(3 * 10.5, direct_decode / 3)
+    # (a direct run whose tokens all came in bursts has no decode rate: roost leaves bursts out)
+    direct_decode = [q.decode_tok_s.median for r in direct for q in r.points if q.decode_tok_s.median]
+    assert point.decode_tok_s.median is not None
+    assert point.decode_tok_s.median < min([3 * 10.5] + [d / 3 for d in direct_decode])
     report = compare(slowed, direct)
     c = report.get(name)
     assert c is not None and c.verdict == "regressed", report
     assert report.status == "regressed" and name in {x.metric.name for x in report.regressions}
+    # the proxy slowed the client's view only: vLLM's own TPOT did not move like that
+    base = {k: sorted(account[r.meta.run_id][k] for r in direct)[1] for k in ("ttft", "tpot")}
+    assert account["live-3"]["tpot"] < 2 * base["tpot"], account
+
     normal = compare(fourth, direct)
-    if normal.has_regressions:
-        # two cores shared with the server stall a whole run now and then (CI: a direct run's 13 ms TTFT
-        # +10 ms): a regression is one measured again, as anyone would check before believing it
-        with quiet_clients(vllm_server.base_url, [0]):
-            normal = compare(bench(5, vllm_server.base_url), direct)
-    assert normal.get(name).verdict in ("unchanged", "improved"), normal  # type: ignore[union-attr]
-    assert not normal.has_regressions, normal.regressions
+    for flag in normal.regressions:
+        # roost's relative move, and vLLM's own for the same figure (TTFT; decode is 1 / TPOT)
+        moved = abs(flag.change_pct or 0.0) / 100
+        figure = "ttft" if flag.metric.name.startswith("ttft") else "tpot"
+        own = account["live-4"][figure] / base[figure] - 1
+        print(f"4th run: roost flags {flag.metric.name} {flag.change_pct:+.0f}%; vLLM's own {figure} {100 * own:+.0f}%")
+        assert own > moved / 3, (f"{flag.metric.name} flagged ({flag.change_pct:+.0f}%) on a normal run where vLLM's "
+                                 f"own {figure} moved {100 * own:+.0f}%: a false alarm", account)

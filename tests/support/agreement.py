@@ -39,7 +39,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -137,14 +137,13 @@ class Agreement(BaseModel):
         """The largest paired deviation from 1 over the three figures."""
         return max(abs(r.paired_ratio - 1) for r in self.rows)
 
-    def systematic(self, keys: Iterable[Key] | None = None) -> float:
+    def systematic(self) -> float:
         """The largest deviation from 1 that both statistics show: per figure the smaller of the
-        pooled and the paired deviation, then the largest over the figures (``keys``: all). A
-        difference in what the two tools measure (another window, another formula) moves both
-        statistics alike; on a two-core machine shared with the server, noise between rounds moves
-        the median of a few paired ratios on its own (CI: TPOT pooled 1.014, paired 1.107 over 8 pairs)."""
-        wanted = set(keys) if keys is not None else {r.key for r in self.rows}
-        return max(min(abs(r.pooled_ratio - 1), abs(r.paired_ratio - 1)) for r in self.rows if r.key in wanted)
+        pooled and the paired deviation, then the largest over the figures. A difference in what
+        the two tools measure (another window, another formula) moves both statistics alike; on a
+        two-core machine shared with the server, noise between rounds moves the median of a few
+        paired ratios on its own (CI: TPOT pooled 1.014, paired 1.107 over 8 pairs)."""
+        return max(min(abs(r.pooled_ratio - 1), abs(r.paired_ratio - 1)) for r in self.rows)
 
     def degenerate(self) -> str:
         """Why these figures cannot judge agreement ("" when they can): more than half the pairs
