@@ -2,8 +2,8 @@
 
     preflight (audit + KV plan from the Hub's headers) -> download -> evaluation datasets
              -> integrity audit (+ KV plan) -> container build -> host check -> serve -> health-wait
-             -> vision probe (towers) -> benchmark -> accuracy evaluations -> MTP A/B (when asked)
-             -> report (+ Slack)
+             -> gateway registration (a kept server) -> vision probe (towers) -> benchmark
+             -> accuracy evaluations -> MTP A/B (when asked) -> report (+ Slack)
 
 Each step is a stage in ``flows/stages.py`` (one Prefect task each, in ``tasks/<stage>.py``); this
 file chains them and guarantees the teardown: the server it started is stopped whatever happened
@@ -30,6 +30,7 @@ from flows.stages import (
     eval_stage,
     fail_unexpected,
     finish,
+    gateway_stage,
     host_check_stage,
     hub_source,
     mtp_ab_stage,
@@ -101,6 +102,8 @@ def land(
             server = loaded.server
             if not keep_serving:
                 teardown.callback(_stop, server)
+            else:                                                               # 7a. the gateway routes to it
+                gateway_stage(record, server.base_url, prof.served_model_name, host_p)
             vision_stage(record, plan, server.base_url, key, prof.served_model_name)  # 7b. image request (towers)
             benchmark_stage(record, server.base_url, prof, key)                # 8. benchmark
             eval_stage(record, server.base_url, prof, key, evals)               # 8b. accuracy

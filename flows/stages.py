@@ -42,7 +42,7 @@ from prefect.states import Completed
 from pydantic import BaseModel, SecretStr
 
 import roost
-from blocks.resolve import load_vllm_api_key
+from blocks.resolve import load_vllm_api_key, vllm_api_key_with_source
 from flows.identity import label_stage, name_run, roost_logs_to_run, tag_run
 from roost import catalogue as C
 from roost.bench import mtp
@@ -83,6 +83,7 @@ from tasks.benchmark import BenchFailed, benchmark_task
 from tasks.build import build_task
 from tasks.download import cached_line, download_task
 from tasks.evaluate import PreparedEval, eval_datasets_task, eval_task
+from tasks.gateway import deregister_host, register_backend
 from tasks.health import health_wait_task
 from tasks.local_hub import local_hub_task
 from tasks.notify import notify_task
@@ -298,7 +299,10 @@ def host_check_stage(record: RunRecord, backend: Backend, spec: ServeSpec, plan:
         for occ in occupants:
             backend.release(occ, log=logger.warning)
             notes.append(f"stopped {occ.describe()} (--replace; restart policy now no)")
-        notes += [f"stopped roost's {what}" for what in backend.retire(spec, log=backend_log())]
+        retired = backend.retire(spec, log=backend_log())
+        notes += [f"stopped roost's {what}" for what in retired]
+        if retired:  # the metering gateway must not route to what was stopped
+            deregister_host(backend.host.name)
         needed = plan.plan.fit.total_bytes
         available = backend.available_memory_bytes()
         notes.append(f"memory: {format_memory(available) if available is not None else 'unknown'} available, "
@@ -307,6 +311,18 @@ def host_check_stage(record: RunRecord, backend: Backend, spec: ServeSpec, plan:
         short = memory_refusal(available, needed, backend.host.name)
         if short is not None:
             raise short
+
+
+def gateway_stage(record: RunRecord, base_url: str, served_model_name: str, host: HostProfile) -> None:
+    """A landing that keeps its server registers it for the metering gateway on the host (the host's
+    earlier servers are deregistered): the gateway routes ``served_model_name`` without a restart."""
+    with stage(record, "gateway") as st:
+        replaced = register_backend(base_url, served_model_name, host.name, record.meta.run_id)
+        st.note = f"registered {base_url}" + (f", replaced {', '.join(replaced)}" if replaced else "")
+        if vllm_api_key_with_source()[1] == "none":
+            get_run_logger().warning(
+                "gateway: this server's key is one-off (no VLLM_API_KEY, no %s Secret block), so the gateway "
+                "cannot reach it; set one for both", "roost-vllm-api-key")
 
 
 # --- 5+6. serve and health-wait ---------------------------------------------------------------------

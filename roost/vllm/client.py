@@ -3,7 +3,8 @@
 :class:`VllmClient` holds the connections to one server for as long as the caller needs them and
 knows every endpoint roost uses: ``/health``, ``/v1/models``, ``/version``, ``/tokenize``,
 ``/metrics``, one-token ``/v1/completions`` (readiness) and streamed ``/v1/chat/completions``.
-The health wait, server discovery, the benchmark and the accuracy runs all go through it, so
+The health wait, server discovery, the benchmark, the accuracy runs and the metering gateway
+(:meth:`VllmClient.relay`: a forwarded request's answer handed on as it arrives) all go through it, so
 authentication (:func:`auth_headers`: ``Authorization: Bearer``), URL handling and error parsing
 are defined once. The API key is never logged and is scrubbed from any text that is recorded.
 
@@ -47,6 +48,7 @@ from pydantic import BaseModel, Field
 
 from roost.errors import UserError
 from roost.secrets import redact
+from roost.vllm.relay import Relay
 from roost.vllm.stream import ChatStream, ErrorKind, Phase, RequestRecord, error_text
 from roost.vllm.timed_net import ConnectFailed, Connection, ConnectionPool, HttpError
 
@@ -106,6 +108,7 @@ class ModelsAnswer(BaseModel):
 
     status_code: int
     models: list[ServedModel] = Field(default_factory=list)
+    data: list[dict[str, Any]] = Field(default_factory=list, description="The entries as the server sent them.")
 
     @property
     def ids(self) -> list[str]:
@@ -160,6 +163,7 @@ class VllmClient:
             ssl_context=self._ssl, connect_timeout_s=connect_timeout_s,
         )
         self._chat_head = _request_head(parts, "/v1/chat/completions", self._headers)
+        self._relay_heads: dict[str, bytes] = {}
 
     async def preconnect(self, streams: int) -> None:
         """Open the connections ``streams`` concurrent streams need, before a step is timed.
@@ -190,6 +194,45 @@ class VllmClient:
     async def post_json(self, path: str, body: Mapping[str, Any], *, timeout_s: float = 60.0) -> httpx.Response:
         return await self._http.post(path, json=dict(body), timeout=timeout_s)
 
+    async def send(self, path: str, content: bytes, *, timeout: httpx.Timeout,
+                   headers: Mapping[str, str] | None = None) -> httpx.Response:
+        """``POST path`` with a body already encoded, its answer left open for streaming (the caller
+        reads it and closes it). The gateway forwards requests through this: the server's key and URL
+        handling are this client's; ``headers`` adds to them (never ``Authorization``)."""
+        request = self._http.build_request("POST", path, content=content, timeout=timeout,
+                                           headers={"Content-Type": "application/json", **(headers or {})})
+        return await self._http.send(request, stream=True)
+
+    async def relay(self, path: str, body: bytes, *, headers: Mapping[str, str] | None = None) -> tuple[Relay, bool]:
+        """``POST path`` with ``body`` on one of the streaming connections; the answer arrives on the
+        returned :class:`~roost.vllm.relay.Relay`, with whether the connection was reused (a kept-alive
+        connection the server closed as the request went out ends before any status line: the caller
+        may send it again). The gateway forwards requests through this: the server's key and URL
+        handling are this client's. Raises :class:`ConnectFailed` when the server takes no
+        connection. The caller ends it with :meth:`release`."""
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items() if "\n" not in k + v and "\r" not in k + v)
+        request = self._relay_heads.get(path)
+        if request is None:
+            request = self._relay_heads[path] = _request_head(urlsplit(self.base_url), path, self._headers)
+        data = request + f"{extra}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
+        for _attempt in (1, 2):
+            conn, reused = await self._streams.acquire()
+            relay = Relay(conn)
+            try:
+                conn.start(data, relay)
+            except ConnectionResetError:  # closed between the pool and the write: nothing was sent
+                self._streams.release(conn)
+                continue
+            return relay, reused
+        raise ConnectFailed("the connection closed before the request was sent")
+
+    def release(self, relay: Relay) -> None:
+        """Give a relayed request's connection back: kept for the next request when its response was
+        read whole, closed otherwise (the backend sees the client go and stops generating)."""
+        if not relay.complete:
+            relay.conn.close()
+        self._streams.release(relay.conn)
+
     async def health(self, *, timeout_s: float = 5.0) -> int | None:
         """``GET /health``: its HTTP status, or None when the server does not answer."""
         try:
@@ -202,6 +245,7 @@ class VllmClient:
         server does not answer (callers say what that means for them)."""
         resp = await self._http.get("/v1/models", timeout=timeout_s)
         models: list[ServedModel] = []
+        data: list[dict[str, Any]] = []
         if resp.status_code == 200:
             with contextlib.suppress(ValueError, AttributeError, TypeError):
                 for m in resp.json().get("data") or []:
@@ -209,7 +253,8 @@ class VllmClient:
                         window = m.get("max_model_len")
                         models.append(ServedModel(id=str(m["id"]),
                                                   max_model_len=window if type(window) is int else None))
-        return ModelsAnswer(status_code=resp.status_code, models=models)
+                        data.append(m)
+        return ModelsAnswer(status_code=resp.status_code, models=models, data=data)
 
     async def version(self, *, timeout_s: float = 5.0) -> str:
         """vLLM's version as the running server reports it (``GET /version``); "" when it does not say."""

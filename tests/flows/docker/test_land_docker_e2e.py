@@ -8,15 +8,24 @@ Then the recipe's model swap, with a second profile on a fixed port: a container
 holds that port; the landing is refused naming it (before any cold load), and with ``replace`` the
 foreign container is stopped (restart policy ``no``, kept), the previous production server's policy
 moves to ``no`` (stopped, kept: ``docker start`` brings it back) and the new server carries
-``unless-stopped``."""
+``unless-stopped``.
+
+A metering gateway runs through the module (``roost gateway serve``, backends from landings only): each
+kept landing registers its server, and the gateway routes the new served name without a restart; the
+swapped-out server is deregistered."""
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from support.gateway import UPSTREAM_KEY, GatewayProcess, add_key
 from support.samples import check_decode
 
 from roost.net import free_port
@@ -32,7 +41,28 @@ def _policy(container: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def production(prefect_api: str, base_image: str, docker_engine: Any) -> Iterator[dict[str, Any]]:
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, str]]:
+    """A gateway with no backend but what landings register, and a client key for it. The landings
+    use the same upstream key (VLLM_API_KEY, as on a Spark) while it runs."""
+    where = tmp_path_factory.mktemp("gateway")
+    db = f"sqlite:///{where / 'usage.db'}"
+    gw = GatewayProcess(db, [], log_path=where / "gateway.log", registry=True, extra=["--poll-interval", "1"]).start()
+    os.environ["VLLM_API_KEY"] = UPSTREAM_KEY
+    try:
+        yield gw, add_key(db, "tester", "app")
+    finally:
+        os.environ.pop("VLLM_API_KEY", None)
+        gw.stop()
+
+
+def _ask(gw: GatewayProcess, key: str, model: str) -> httpx.Response:
+    return httpx.post(f"{gw.url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=120,
+                      json={"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4})
+
+
+@pytest.fixture(scope="module")
+def production(prefect_api: str, base_image: str, docker_engine: Any,
+               gateway: tuple[GatewayProcess, str]) -> Iterator[dict[str, Any]]:
     """The first landing, kept serving; every container the module made is removed at the end."""
     from flows.land import land
 
@@ -53,8 +83,14 @@ def production(prefect_api: str, base_image: str, docker_engine: Any) -> Iterato
             c.remove(force=True)
 
 
-def test_land_through_docker(production: dict[str, Any], docker_engine: Any) -> None:
+def test_land_through_docker(production: dict[str, Any], docker_engine: Any,
+                             gateway: tuple[GatewayProcess, str]) -> None:
     record, taken = production, production["taken"]
+    gw, key = gateway
+    answer = _ask(gw, key, "tiny")  # the gateway was running before the landing, and was not restarted
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["completion_tokens"] == 4
+    assert [s["stage"] for s in record["stages"]].count("gateway") == 1
     first, second = record["serve"]["attempts"]
     assert (first["ok"], first["failure_class"], first["port"], first["action"]) == (
         False, "port_in_use", taken, "retry on a new port")
@@ -83,7 +119,7 @@ def test_land_through_docker(production: dict[str, Any], docker_engine: Any) -> 
 
 
 def test_model_swap_moves_the_restart_policy_and_replaces_a_foreign_port_holder(
-        production: dict[str, Any], base_image: str, docker_engine: Any) -> None:
+        production: dict[str, Any], base_image: str, docker_engine: Any, gateway: tuple[GatewayProcess, str]) -> None:
     from blocks.profiles import ModelProfileBlock
     from flows.land import land
     from roost.profiles import LOCAL
@@ -122,3 +158,11 @@ def test_model_swap_moves_the_restart_policy_and_replaces_a_foreign_port_holder(
     assert notes[1] == (f"stopped roost's {old.name} (restart unless-stopped -> no, stopped, kept: "
                         f"`docker start {old.name}` brings it back)")
     assert [a["port"] for a in record["serve"]["attempts"]] == [port]
+    # the gateway follows the swap without a restart: the new name routes, the old one is gone
+    gw, key = gateway
+    assert _ask(gw, key, "tiny-b").status_code == 200
+    deadline = time.monotonic() + 10
+    while (old_name := _ask(gw, key, "tiny")).status_code != 404 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert old_name.status_code == 404 and "tiny-b" in old_name.json()["error"]["message"]
+    assert "listening on" in Path(gw.log_path).read_text() and gw.proc is not None and gw.proc.poll() is None

@@ -22,7 +22,7 @@ It prints ``READY <port>`` once listening. Endpoints:
   arrived (as continuous batching schedules every waiting request together). The next
   chat requests take the listed faults in order: ``ok``, ``cut``, ``error``, ``no_usage``,
   ``no_done``, ``empty_deltas``, ``500``, ``400``, ``hang``, ``die``.
-- ``GET /_stats``: the server's record of what it did, per request id (``X-Request-Id``): when it
+- ``GET /_stats``: ``log``, every request received (method, path); the server's record of what it did, per request id (``X-Request-Id``): when it
   read the request (``t_received``), when it wrote each token (``sent``; ``t_first`` and
   ``t_last`` are the first and last of them), the token count; and the largest lateness of any
   write against its schedule. Times are ``time.perf_counter()`` (CLOCK_MONOTONIC, comparable
@@ -51,6 +51,7 @@ TEMPLATE_TOKENS = 5
 
 class State:
     def __init__(self, args: argparse.Namespace) -> None:
+        self.log: list[list[str]] = []  # [method, path] of every request (not the /_ control ones)
         self.api_key: str | None = args.api_key
         self.model: str = args.model
         self.max_model_len: int = args.max_model_len
@@ -270,6 +271,8 @@ async def handle(st: State, reader: asyncio.StreamReader, writer: asyncio.Stream
                 break
             method, path, headers, body = got
             path = path.split("?", 1)[0]
+            if not path.startswith("/_"):  # every request anyone sent, for tests that assert nothing was forwarded
+                st.log.append([method, path])
             keep = headers.get("connection", "").lower() != "close"
             if path.startswith("/v1/") and st.api_key and headers.get("authorization") != f"Bearer {st.api_key}":
                 writer.write(_json(401, {"error": "Unauthorized"}))
@@ -300,7 +303,7 @@ async def handle(st: State, reader: asyncio.StreamReader, writer: asyncio.Stream
                     st.max_lag_s = 0.0
                 writer.write(_json(200, {"ok": True}))
             elif method == "GET" and path == "/_stats":
-                writer.write(_json(200, {"requests": st.stats, "max_lag_s": st.max_lag_s}))
+                writer.write(_json(200, {"requests": st.stats, "max_lag_s": st.max_lag_s, "log": st.log}))
             else:
                 writer.write(_json(404, {"error": f"no route {method} {path}"}))
             await writer.drain()

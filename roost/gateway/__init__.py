@@ -1,0 +1,22 @@
+"""The metering gateway: one door to every landed model, a key per user, device or app, and every
+token counted (the Ornith 1.5 recipe's "Metering Gateway & Tailscale", built into roost).
+
+Clients call the gateway (``roost gateway serve``, :8080) with their own key; the gateway checks it,
+routes the request by model name to the vLLM server that serves it (``routing``), forwards it with the
+upstream key only the gateway holds, counts the prompt at request start (vLLM's ``/tokenize``) and
+the completion as it streams (``metering``), stores one usage row per request (``db``) and exports
+per-key, per-kind, per-model counters on ``/metrics`` (``metrics``).
+
+One module per job:
+
+- ``keys``: key format, hashing, names and kinds (pure);
+- ``db``: the database (SQLite WAL or PostgreSQL): keys, usage rows (group-committed), usage reports;
+- ``metering``: what a request costs, from its body, its stream and its answer (pure);
+- ``routing``: backends, their models, polling, the model -> backend choice;
+- ``registry``: the servers landings keep serving, registered for the gateway (files);
+- ``metrics``: the gateway's Prometheus metrics, each defined once;
+- ``app``: the ASGI application (auth, limits, proxying);
+- ``server``: running it under uvicorn;
+- ``tailscale``: one device key per tailnet node;
+- ``install``: the systemd user unit.
+"""

@@ -1,0 +1,83 @@
+"""``roost gateway install``: the gateway as a systemd user service on the Spark (the recipe's
+``gateway/setup.sh``): a unit ``roost-gateway.service`` running ``roost gateway serve`` at boot,
+its settings in an environment file only its user can read (the upstream key lives there or in
+roost's Secret block, never in the unit)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from roost.errors import UserError
+
+UNIT = "roost-gateway.service"
+
+
+def unit_text(exe: Path, args: list[str], env_file: Path) -> str:
+    cmd = " ".join(shlex.quote(a) for a in [str(exe), "gateway", "serve", *args])
+    return f"""[Unit]
+Description=roost metering gateway (auth, routing, token metering for vLLM)
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=simple
+EnvironmentFile=-{env_file}
+ExecStart={cmd}
+Restart=always
+RestartSec=2
+# SIGTERM: stop taking requests, commit queued usage rows, exit
+KillSignal=SIGTERM
+TimeoutStopSec=20
+NoNewPrivileges=yes
+
+[Install]
+WantedBy=default.target
+"""
+
+
+def env_text(values: dict[str, str]) -> str:
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items() if v)
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    os.fchmod(fd, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def roost_executable() -> Path:
+    exe = Path(sys.executable).parent / "roost"
+    return exe if exe.exists() else Path(shutil.which("roost") or exe)
+
+
+def install(unit_dir: Path, env_file: Path, args: list[str], env: dict[str, str], *, start: bool) -> list[str]:
+    """Write the unit and its environment file; with ``start``, enable and start it (``systemctl --user``).
+    Returns what was done, one line each."""
+    unit_path = unit_dir / UNIT
+    _write(env_file, env_text(env), 0o600)
+    _write(unit_path, unit_text(roost_executable(), args, env_file), 0o644)
+    done = [f"wrote {unit_path}", f"wrote {env_file} (mode 600)"]
+    if not start:
+        done.append(f"not started: systemctl --user daemon-reload && systemctl --user enable --now {UNIT}")
+        return done
+    systemctl = shutil.which("systemctl")
+    if systemctl is None:
+        raise UserError("systemctl not found: run `roost gateway install --no-start` and start "
+                        "`roost gateway serve` another way")
+    for cmd in (["--user", "daemon-reload"], ["--user", "enable", "--now", UNIT]):
+        proc = subprocess.run([systemctl, *cmd], capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode != 0:
+            why = " ".join((proc.stderr or proc.stdout).split())[:200]
+            raise UserError(f"systemctl {' '.join(cmd)} failed: {why} (a user manager needs a login session or "
+                            "`loginctl enable-linger $USER`; or use --no-start)")
+        done.append(f"systemctl {' '.join(cmd)}")
+    return done

@@ -1,0 +1,187 @@
+"""What a request costs, from its body, its stream and its answer (pure: no I/O).
+
+- Prompt tokens are counted at request start by the backend's ``/tokenize`` on the same input the
+  endpoint will see (:func:`tokenize_bodies`: the chat messages with the request's template
+  arguments, or the completion prompt); a usage block in the answer, when there is one, is the
+  backend's own count and is what gets stored (the two agree on vLLM; a disagreement is counted).
+- Completion tokens of a streamed answer: the gateway asks vLLM for usage on every chunk
+  (``stream_options: {include_usage, continuous_usage_stats}``), so the count is exact up to the
+  last chunk forwarded, even when the client leaves mid-stream; chunks the client did not ask usage
+  for are passed on without it (:class:`StreamMeter` rewrites them). A backend that sends no usage
+  has its chunks counted: one token per chunk carrying text (``stream-count``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+
+Endpoint = Literal["chat", "completions", "embeddings"]
+Source = Literal["usage", "tokenize", "stream-count", "none"]
+
+# What /tokenize takes besides the messages: the same template inputs the chat endpoint uses.
+_CHAT_TEMPLATE_FIELDS = ("add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs",
+                         "tools", "mm_processor_kwargs", "add_special_tokens")
+
+
+def tokenize_bodies(endpoint: Endpoint, body: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """The ``/tokenize`` bodies that count this request's prompt, and tokens known without asking
+    (a prompt given as token ids). Embeddings are counted from their answer's usage."""
+    model = body.get("model")
+    if endpoint == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return [], 0
+        req: dict[str, Any] = {"model": model, "messages": messages, "add_generation_prompt": True}
+        for name in _CHAT_TEMPLATE_FIELDS:
+            if name in body:
+                req[name] = body[name]
+        return [req], 0
+    if endpoint == "completions":
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            return [{"model": model, "prompt": prompt}], 0
+        if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+            return [], len(prompt)
+        if isinstance(prompt, list):
+            bodies, known = [], 0
+            for p in prompt:
+                if isinstance(p, str):
+                    bodies.append({"model": model, "prompt": p})
+                elif isinstance(p, list) and all(type(t) is int for t in p):
+                    known += len(p)
+            return bodies, known
+    return [], 0
+
+
+def tokenize_count(answer: Any) -> int | None:
+    """The token count of a ``/tokenize`` answer (vLLM: ``count``), or None."""
+    if isinstance(answer, dict):
+        count = answer.get("count")
+        if type(count) is int and count >= 0:
+            return count
+        tokens = answer.get("tokens")
+        if isinstance(tokens, list):
+            return len(tokens)
+    return None
+
+
+def usage_of(obj: Any) -> tuple[int | None, int | None]:
+    """``(prompt_tokens, completion_tokens)`` of an answer's ``usage`` block, None where absent."""
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    if not isinstance(usage, dict):
+        return None, None
+    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (p if type(p) is int else None), (c if type(c) is int else None)
+
+
+def upstream_stream_options(body: dict[str, Any]) -> tuple[bool, bool]:
+    """Ask the backend for usage on every chunk of a streamed request (edits ``body``); returns what
+    the client itself asked for: ``(include_usage, continuous_usage_stats)``."""
+    opts = body.get("stream_options")
+    opts = dict(opts) if isinstance(opts, dict) else {}
+    wants = (bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")))
+    opts["include_usage"] = True
+    opts["continuous_usage_stats"] = True
+    body["stream_options"] = opts
+    return wants
+
+
+class StreamMeter:
+    """Reads a streamed answer's server-sent events as they pass: counts tokens, notes the end, an
+    error event, and gives back each event as the client asked for it (usage removed where the client
+    did not ask for it)."""
+
+    def __init__(self, *, client_include_usage: bool = True, client_continuous: bool = True) -> None:
+        self.client_include_usage = client_include_usage
+        self.client_continuous = client_continuous
+        self.prompt_tokens: int | None = None
+        self.usage_completion: int | None = None
+        self.counted = 0  # chunks with text, for a backend that sends no usage
+        self.done = False  # [DONE] seen
+        self.finished = False  # a finish_reason seen
+        self.error: str | None = None
+        self.events = 0
+        self._buf = b""
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.usage_completion if self.usage_completion is not None else self.counted
+
+    @property
+    def completion_source(self) -> Source:
+        if self.usage_completion is not None:
+            return "usage"
+        return "stream-count" if self.events else "none"
+
+    def feed(self, data: bytes) -> bytes:
+        """Bytes from the backend -> bytes for the client (complete events only; a partial event waits)."""
+        self._buf += data
+        out: list[bytes] = []
+        while True:
+            cut = self._buf.find(b"\n\n")
+            if cut < 0:
+                break
+            event, self._buf = self._buf[: cut + 2], self._buf[cut + 2 :]
+            passed = self._event(event)
+            if passed:
+                out.append(passed)
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """What is left when the stream ends (a last event without its blank line)."""
+        rest, self._buf = self._buf, b""
+        return self._event(rest) if rest.strip() else b""
+
+    def _event(self, event: bytes) -> bytes:
+        line = event.strip()
+        if not line.startswith(b"data:"):
+            return event
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return event
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return event
+        if not isinstance(obj, dict):
+            return event
+        self.events += 1
+        if "error" in obj and "choices" not in obj:
+            err = obj.get("error")
+            self.error = str(err.get("message") if isinstance(err, dict) else err)[:300]
+            return event
+        choices = obj.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            if not isinstance(choice, dict):
+                continue
+            if choice.get("finish_reason") is not None:
+                self.finished = True
+            delta = choice.get("delta")
+            text = choice.get("text") if delta is None else (
+                (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                 or delta.get("tool_calls")) if isinstance(delta, dict) else None)
+            if text:
+                self.counted += 1
+        if "usage" not in obj:
+            return event
+        p, c = usage_of(obj)
+        if p is not None:
+            self.prompt_tokens = p
+        if c is not None:
+            self.usage_completion = c
+        usage_only = isinstance(choices, list) and not choices
+        if usage_only:
+            return event if self.client_include_usage else b""
+        if self.client_include_usage and self.client_continuous:
+            return event
+        del obj["usage"]
+        return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def error_body(message: str, *, kind: str = "invalid_request_error", code: str | None = None,
+               param: str | None = None) -> bytes:
+    """An OpenAI-style error body."""
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})

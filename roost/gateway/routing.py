@@ -1,0 +1,170 @@
+"""Backends and the model -> backend choice.
+
+Backends come from the command line (``--backend``) and from landings (``registry``). Each one's
+``/v1/models`` is polled every ``poll_interval_s`` with the upstream key; a model name routes to a
+backend that listed it at its last poll (round-robin when several do). A request for a model no
+backend lists re-polls at once (at most every ``repoll_min_s``), so a server landed a moment ago is
+found without waiting. A backend whose last poll failed, or that refused a connection since, is
+``down``: requests for its models get 503 at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from typing import Any, Literal
+
+import httpx
+
+from roost.gateway import registry
+from roost.vllm.client import VllmClient, normalize_base_url
+
+log = logging.getLogger("roost.gateway")
+
+
+class ModelNotFound(Exception):
+    def __init__(self, model: str, available: list[str]) -> None:
+        super().__init__(model)
+        self.model, self.available = model, available
+
+
+class BackendDown(Exception):
+    def __init__(self, model: str, url: str) -> None:
+        super().__init__(model)
+        self.model, self.url = model, url
+
+
+class Backend:
+    """One OpenAI-compatible server behind the gateway."""
+
+    def __init__(self, url: str, upstream_key: str | None, source: Literal["cli", "landing"], *,
+                 connect_timeout_s: float, connections: int) -> None:
+        self.url = normalize_base_url(url)
+        self.source = source
+        self.client = VllmClient(self.url, api_key=upstream_key, connect_timeout_s=connect_timeout_s,
+                                 http_connections=connections)
+        self.models: list[dict[str, Any]] = []
+        self.up = False
+        self.status = "not polled yet"
+        self.polled_at = 0.0
+        self.in_flight = 0
+
+    @property
+    def model_ids(self) -> list[str]:
+        return [str(m["id"]) for m in self.models]
+
+    async def poll(self, timeout_s: float) -> None:
+        try:
+            answer = await self.client.models(timeout_s=timeout_s)
+        except httpx.HTTPError as exc:
+            self.up, self.status = False, f"unreachable ({type(exc).__name__})"
+        else:
+            if answer.status_code == 200:
+                self.up, self.status, self.models = True, "ok", answer.data
+            elif answer.status_code in (401, 403):
+                self.up, self.status = False, "refuses the upstream key (set VLLM_API_KEY to the key it was started with)"
+            else:
+                self.up, self.status = False, f"/v1/models answered {answer.status_code}"
+        self.polled_at = time.monotonic()
+
+    def mark_down(self, why: str) -> None:
+        self.up, self.status = False, why
+
+    def describe(self) -> dict[str, Any]:
+        return {"url": self.url, "source": self.source, "up": self.up, "status": self.status, "models": self.model_ids}
+
+
+class Router:
+    def __init__(self, urls: list[str], upstream_key: str | None, *, poll_interval_s: float = 5.0,
+                 use_registry: bool = True, connect_timeout_s: float = 3.0, connections: int = 4096,
+                 repoll_min_s: float = 0.5) -> None:
+        self.upstream_key = upstream_key
+        self.poll_interval_s = poll_interval_s
+        self.use_registry = use_registry
+        self.connect_timeout_s = connect_timeout_s
+        self.connections = connections
+        self.repoll_min_s = repoll_min_s
+        self.backends: dict[str, Backend] = {}
+        for url in urls:
+            self._add(url, "cli")
+        self._rr = itertools.count()
+        self._lock = asyncio.Lock()
+        self._last_poll = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def _add(self, url: str, source: Literal["cli", "landing"]) -> Backend:
+        norm = normalize_base_url(url)
+        if norm not in self.backends:
+            self.backends[norm] = Backend(norm, self.upstream_key, source, connect_timeout_s=self.connect_timeout_s,
+                                          connections=self.connections)
+            log.info("backend %s added (%s)", norm, "command line" if source == "cli" else "registered by a landing")
+        return self.backends[norm]
+
+    async def _sync_registry(self) -> None:
+        if not self.use_registry:
+            return
+        landed = {normalize_base_url(r.base_url) for r in registry.registered()}
+        for url in landed:
+            self._add(url, "landing")
+        for url, b in list(self.backends.items()):
+            if b.source == "landing" and url not in landed:
+                del self.backends[url]
+                log.info("backend %s removed (its landing was stopped or replaced)", url)
+                with contextlib.suppress(Exception):
+                    await b.client.aclose()
+
+    async def poll(self) -> None:
+        """Re-read the registry and poll every backend (concurrently)."""
+        async with self._lock:
+            await self._sync_registry()
+            backends = list(self.backends.values())
+            await asyncio.gather(*(b.poll(timeout_s=max(self.connect_timeout_s, 2.0)) for b in backends))
+            self._last_poll = time.monotonic()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                await self.poll()
+            except Exception as exc:  # never let the poller die
+                log.error("backend poll failed: %s", type(exc).__name__)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="backend-poller")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for b in self.backends.values():
+            with contextlib.suppress(Exception):
+                await b.client.aclose()
+
+    def models(self) -> list[dict[str, Any]]:
+        """The union of the backends' models (first listing of each id), as ``/v1/models`` data."""
+        seen: dict[str, dict[str, Any]] = {}
+        for b in self.backends.values():
+            if b.up:
+                for m in b.models:
+                    seen.setdefault(str(m["id"]), m)
+        return list(seen.values())
+
+    def _candidates(self, model: str) -> tuple[list[Backend], list[Backend]]:
+        listing = [b for b in self.backends.values() if model in b.model_ids]
+        return [b for b in listing if b.up], listing
+
+    async def resolve(self, model: str) -> Backend:
+        """The backend to send a request for ``model`` to; ModelNotFound or BackendDown."""
+        up, listing = self._candidates(model)
+        if not listing and time.monotonic() - self._last_poll >= self.repoll_min_s:
+            await self.poll()  # a landing since the last poll?
+            up, listing = self._candidates(model)
+        if up:
+            return min(up, key=lambda b: (b.in_flight, next(self._rr)))
+        if listing:
+            raise BackendDown(model, listing[0].url)
+        raise ModelNotFound(model, sorted({str(m["id"]) for m in self.models()}))
