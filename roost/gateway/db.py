@@ -239,11 +239,14 @@ class GatewayDB:
             return [dict(r) for r in (await conn.execute(query)).mappings().all()]
 
 
+SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=FULL", "busy_timeout=10000")
+"""Every SQLite connection of the gateway (SQLAlchemy's and the usage writer's): WAL, a durable commit, a busy wait."""
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=FULL")
-    cur.execute("PRAGMA busy_timeout=10000")
+    for pragma in SQLITE_PRAGMAS:
+        cur.execute(f"PRAGMA {pragma}")
     cur.close()
 
 
@@ -299,7 +302,7 @@ class UsageWriter:
         if self._conn is None:
             assert self.db.sqlite_path is not None
             self._conn = sqlite3.connect(self.db.sqlite_path, timeout=10.0, isolation_level=None)
-            for pragma in ("journal_mode=WAL", "synchronous=FULL", "busy_timeout=10000"):
+            for pragma in SQLITE_PRAGMAS:
                 self._conn.execute(f"PRAGMA {pragma}")
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
