@@ -37,6 +37,7 @@ from flows.stages import (
     stage,
 )
 from roost.errors import RoostError, StageFailed, UserError
+from roost.gateway import registry
 from roost.hosts import HostProfile
 from roost.profiles import ModelProfile
 from roost.records import RunRecord, StageTiming
@@ -110,11 +111,13 @@ def _benchmark_serving(found: list[ServerInfo], host_p: HostProfile, profile: st
         with stage(record, "connect"):
             key = _server_key(server)
         record.meta.vllm_version = server_version(server.base_url, key) or record.meta.vllm_version
-        benchmark_stage(record, server.base_url, prof, key, served_model_name=server.served_model_name)
-        if evaluate and prof.evals:
-            with hub_source(prof) as endpoint:  # the demo's datasets live on its mirror
-                evals = eval_datasets_stage(record, prof, endpoint)
-            eval_stage(record, server.base_url, prof, key, evals, served_model_name=server.served_model_name)
+        # measured directly, not through the gateway: the bypass alert is told (roost.monitor)
+        with registry.direct_traffic(server.base_url):
+            benchmark_stage(record, server.base_url, prof, key, served_model_name=server.served_model_name)
+            if evaluate and prof.evals:
+                with hub_source(prof) as endpoint:  # the demo's datasets live on its mirror
+                    evals = eval_datasets_stage(record, prof, endpoint)
+                eval_stage(record, server.base_url, prof, key, evals, served_model_name=server.served_model_name)
     except RoostError as exc:
         logger.error("rebenchmark failed at %s: %s", record.failed_stage or "setup", exc)
         failure = exc

@@ -53,6 +53,7 @@ from roost.eval.runner import EvalResult
 from roost.eval.scoring import paired, summarize
 from roost.hosts import HostProfile
 from roost.hub.snapshot import DownloadResult
+from roost.monitor.targets import decode_floor
 from roost.naming import run_verdict
 from roost.plan.args import parse_overrides
 from roost.plan.preflight import PlanRefused, PlanReport
@@ -86,6 +87,7 @@ from tasks.evaluate import PreparedEval, eval_datasets_task, eval_task
 from tasks.gateway import deregister_host, register_backend
 from tasks.health import health_wait_task
 from tasks.local_hub import local_hub_task
+from tasks.monitor import sync_monitoring
 from tasks.notify import notify_task
 from tasks.preflight import PreflightOutcome, preflight_task
 from tasks.report import ReportOutcome, publish_artifacts, report_task, results_url_for
@@ -301,8 +303,9 @@ def host_check_stage(record: RunRecord, backend: Backend, spec: ServeSpec, plan:
             notes.append(f"stopped {occ.describe()} (--replace; restart policy now no)")
         retired = backend.retire(spec, log=backend_log())
         notes += [f"stopped roost's {what}" for what in retired]
-        if retired:  # the metering gateway must not route to what was stopped
+        if retired:  # the metering gateway must not route to what was stopped, nor Prometheus scrape it
             deregister_host(backend.host.name)
+            sync_monitoring()
         needed = plan.plan.fit.total_bytes
         available = backend.available_memory_bytes()
         notes.append(f"memory: {format_memory(available) if available is not None else 'unknown'} available, "
@@ -317,8 +320,12 @@ def gateway_stage(record: RunRecord, base_url: str, served_model_name: str, host
     """A landing that keeps its server registers it for the metering gateway on the host (the host's
     earlier servers are deregistered): the gateway routes ``served_model_name`` without a restart."""
     with stage(record, "gateway") as st:
-        replaced = register_backend(base_url, served_model_name, host.name, record.meta.run_id)
+        floor = decode_floor(record)
+        replaced = register_backend(base_url, served_model_name, host.name, record.meta.run_id,
+                                    floor.tok_s if floor else None, floor.concurrency if floor else 0)
         st.note = f"registered {base_url}" + (f", replaced {', '.join(replaced)}" if replaced else "")
+        if reload := sync_monitoring():  # Prometheus scrapes it from now on (roost monitor render/up)
+            st.note += f"; Prometheus {reload}"
         if vllm_api_key_with_source()[1] == "none":
             get_run_logger().warning(
                 "gateway: this server's key is one-off (no VLLM_API_KEY, no %s Secret block), so the gateway "

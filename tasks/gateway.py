@@ -12,9 +12,11 @@ from roost.gateway import registry
 
 
 @task(name="gateway-register", cache_policy=NO_CACHE, persist_result=False)
-def register_backend(base_url: str, served_model_name: str, host: str, run_id: str) -> list[str]:
-    """Register ``base_url`` for ``host``; returns the URLs of the host's earlier servers it replaced."""
-    path = registry.register(base_url, served_model_name, host, run_id)
+def register_backend(base_url: str, served_model_name: str, host: str, run_id: str,
+                     decode_tok_s: float | None = None, decode_concurrency: int = 0) -> list[str]:
+    """Register ``base_url`` for ``host`` (with the decode rate its landing measured, the monitoring
+    floor); returns the URLs of the host's earlier servers it replaced."""
+    path = registry.register(base_url, served_model_name, host, run_id, decode_tok_s, decode_concurrency)
     replaced = registry.forget_host(host, keep=base_url)
     get_run_logger().info("gateway: %s (%s) registered in %s%s", base_url, served_model_name, path.parent,
                           f"; replaced {', '.join(replaced)}" if replaced else "")

@@ -217,8 +217,10 @@ class Gateway:
     def __init__(self, db: GatewayDB, router: Router, config: GatewayConfig | None = None,
                  metrics: GatewayMetrics | None = None) -> None:
         self.db, self.router = db, router
+        router.on_models = self._models_listed
         self.config = config or GatewayConfig()
         self.metrics = metrics or GatewayMetrics()
+        self._direct_seen: set[str] = set()
         self.keys = KeyCache(db, self.config.key_refresh_s)
         self.writer = UsageWriter(db, on_error=self.metrics.usage_write_errors.inc)
         self._secrets = [router.upstream_key or ""]
@@ -268,9 +270,17 @@ class Gateway:
     def scrub(self, text: str) -> str:
         return redact(text, self._secrets)
 
+    def _models_listed(self, models: set[str]) -> None:
+        for model in models:  # the per-model request counter exists at 0 before its first request
+            self.metrics.model_requests.labels(model)
+
     def _update_backend_gauges(self) -> None:
         for b in self.router.backends.values():
             self.metrics.backend_up.labels(b.url).set(1 if b.up else 0)
+        expected = self.router.direct_expected()
+        for model in expected | self._direct_seen:
+            self.metrics.direct_expected.labels(model).set(1 if model in expected else 0)
+        self._direct_seen |= expected
 
     # --- plain endpoints ----------------------------------------------------------------------
 
@@ -300,6 +310,7 @@ class Gateway:
         row["duration_s"] = time.perf_counter() - usage.t0
         status = row["status"]
         self.metrics.requests.labels(*labels, status).inc()
+        self.metrics.model_requests.labels(labels[2]).inc()
         if status != "ok":
             self.metrics.errors.labels(*labels, status).inc()
         log.info("%s %s key=%s kind=%s model=%s status=%s prompt=%d completion=%d %.3fs", row["request_id"][:12],

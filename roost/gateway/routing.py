@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import httpx
@@ -93,6 +94,8 @@ class Router:
         self._rr = itertools.count()
         self._lock = asyncio.Lock()
         self._last_poll = 0.0
+        self._direct: set[str] = set()
+        self.on_models: Callable[[set[str]], None] | None = None  # told the models listed after each poll
         self._task: asyncio.Task[None] | None = None
 
     def _add(self, url: str, source: Literal["cli", "landing"]) -> Backend:
@@ -106,7 +109,10 @@ class Router:
     async def _sync_registry(self) -> None:
         if not self.use_registry:
             return
-        landed = {normalize_base_url(r.base_url) for r in registry.registered()}
+        entries = registry.registered()
+        now = time.time()
+        self._direct = {r.served_model_name for r in entries if r.direct_until > now and r.served_model_name}
+        landed = {normalize_base_url(r.base_url) for r in entries}
         for url in landed:
             self._add(url, "landing")
         for url, b in list(self.backends.items()):
@@ -123,6 +129,8 @@ class Router:
             backends = list(self.backends.values())
             await asyncio.gather(*(b.poll(timeout_s=max(self.connect_timeout_s, 2.0)) for b in backends))
             self._last_poll = time.monotonic()
+        if self.on_models is not None:
+            self.on_models({m for b in backends if b.up for m in b.model_ids})
 
     async def run(self) -> None:
         while True:
@@ -143,6 +151,11 @@ class Router:
         for b in self.backends.values():
             with contextlib.suppress(Exception):
                 await b.client.aclose()
+
+    def direct_expected(self) -> set[str]:
+        """Models whose registered server a roost benchmark is measuring directly now (as of the last
+        registry read): their vLLM traffic bypasses the gateway on purpose."""
+        return set(self._direct)
 
     def models(self) -> list[dict[str, Any]]:
         """The union of the backends' models (first listing of each id), as ``/v1/models`` data."""

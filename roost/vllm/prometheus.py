@@ -32,6 +32,11 @@ class Sample(BaseModel):
     value: float
 
 
+# Histograms (``_bucket``/``_sum``/``_count`` series): per-request latencies as vLLM's engine saw them.
+TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
+ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
+TPOT_HISTOGRAM = "vllm:request_time_per_output_token_seconds"
+
 SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -48,8 +53,8 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "generation_tokens": ("vllm:generation_tokens_total",),
     "request_success": ("vllm:request_success_total",),
     # histograms: the sum and count of vLLM's per-request TPOT and decode time (engine token times)
-    "request_tpot_s_sum": ("vllm:request_time_per_output_token_seconds_sum",),
-    "request_tpot_count": ("vllm:request_time_per_output_token_seconds_count",),
+    "request_tpot_s_sum": (TPOT_HISTOGRAM + "_sum",),
+    "request_tpot_count": (TPOT_HISTOGRAM + "_count",),
     "request_decode_time_s_sum": ("vllm:request_decode_time_seconds_sum",),
     "request_decode_count": ("vllm:request_decode_time_seconds_count",),
     # time requests spent waiting for a running slot (past --max-num-seqs or the KV pool): not sampled,

@@ -5,7 +5,10 @@ exists only as a ``roost-host`` block document, with a profile that exists only 
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,11 +59,32 @@ def earlier_land(vllm_server: Any) -> RunRecord:
 
 
 def test_benchmarks_what_the_host_serves(blocks: None, vllm_server: Any, earlier_land: RunRecord,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from flows.rebenchmark import rebenchmark
+    from roost.gateway import registry
 
     monkeypatch.setenv("VLLM_API_KEY", vllm_server.api_key)
-    record = rebenchmark(host=HOST, notify=False)
+    # kept and registered for the gateway: while roost measures it directly, the registration says so
+    # (the gateway exports it and the bypass alert stays quiet)
+    monkeypatch.setenv("ROOST_GATEWAY_BACKENDS_DIR", str(tmp_path / "backends"))
+    registry.register(vllm_server.base_url, "tiny", HOST, earlier_land.meta.run_id)
+    marks: list[float] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            marks.extend(r.direct_until for r in registry.registered())
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        record = rebenchmark(host=HOST, notify=False)
+    finally:
+        done.set()
+        watcher.join()
+    assert max(marks) > time.time()  # marked during the run ...
+    assert [r.direct_until for r in registry.registered()] == [0.0]  # ... and cleared after it
     assert record["status"] == "completed"
     assert record["meta"]["profile"] == PROFILE  # found by served model name, the host's own profile first
     assert record["meta"]["served_model_name"] == "tiny" and record["meta"]["host"] == HOST

@@ -12,7 +12,9 @@ moves to ``no`` (stopped, kept: ``docker start`` brings it back) and the new ser
 
 A metering gateway runs through the module (``roost gateway serve``, backends from landings only): each
 kept landing registers its server, and the gateway routes the new served name without a restart; the
-swapped-out server is deregistered."""
+swapped-out server is deregistered. A real Prometheus (Debian's, lifecycle API on) runs beside it with
+the files ``roost monitor render`` wrote for the host: each kept landing makes it scrape the new server
+and stop scraping the retired one, with no restart by hand."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 from support.gateway import UPSTREAM_KEY, GatewayProcess, add_key
+from support.prometheus import PrometheusProcess
 from support.samples import check_decode
 
 from roost.net import free_port
@@ -55,14 +58,40 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayP
         gw.stop()
 
 
+@pytest.fixture(scope="module")
+def monitoring(gateway: tuple[GatewayProcess, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    """Prometheus with the host's monitoring files (``roost monitor render`` for ``cpu-docker``),
+    recorded so that landings keep it in step; forgotten at the end."""
+    from roost.monitor.state import MonitorState, forget_state, save_state
+    from roost.monitor.sync import sync
+
+    where = tmp_path_factory.mktemp("monitoring")
+    state = MonitorState(out=str(where / "files"), host="cpu-docker", gateway=f"127.0.0.1:{gateway[0].port}",
+                         scrape_interval="1s", evaluation_interval="1s")
+    sync(state)
+    prom = PrometheusProcess(where / "files" / "prometheus" / "prometheus.yml", where / "tsdb").start()
+    state.prometheus_url = prom.url
+    save_state(state)
+    try:
+        yield prom
+    finally:
+        forget_state()
+        prom.stop()
+
+
+def _scraped(prom: PrometheusProcess) -> dict[str, float]:
+    """The vllm job's targets and their ``up``, once every target has been scraped."""
+    return prom.wait("the vllm job's targets to be scraped", lambda: prom.up("vllm"), timeout_s=30)
+
+
 def _ask(gw: GatewayProcess, key: str, model: str) -> httpx.Response:
     return httpx.post(f"{gw.url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=120,
                       json={"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4})
 
 
 @pytest.fixture(scope="module")
-def production(prefect_api: str, base_image: str, docker_engine: Any,
-               gateway: tuple[GatewayProcess, str]) -> Iterator[dict[str, Any]]:
+def production(prefect_api: str, base_image: str, docker_engine: Any, gateway: tuple[GatewayProcess, str],
+               monitoring: PrometheusProcess) -> Iterator[dict[str, Any]]:
     """The first landing, kept serving; every container the module made is removed at the end."""
     from flows.land import land
 
@@ -84,13 +113,17 @@ def production(prefect_api: str, base_image: str, docker_engine: Any,
 
 
 def test_land_through_docker(production: dict[str, Any], docker_engine: Any,
-                             gateway: tuple[GatewayProcess, str]) -> None:
+                             gateway: tuple[GatewayProcess, str], monitoring: PrometheusProcess) -> None:
     record, taken = production, production["taken"]
     gw, key = gateway
     answer = _ask(gw, key, "tiny")  # the gateway was running before the landing, and was not restarted
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["completion_tokens"] == 4
     assert [s["stage"] for s in record["stages"]].count("gateway") == 1
+    # Prometheus scrapes the kept server: the landing re-rendered the files and reloaded it
+    (gateway_stage,) = [s for s in record["stages"] if s["stage"] == "gateway"]
+    assert gateway_stage["note"].endswith("Prometheus lifecycle-reload"), gateway_stage["note"]
+    assert _scraped(monitoring) == {f"127.0.0.1:{record['serve']['attempts'][-1]['port']}": 1.0}
     first, second = record["serve"]["attempts"]
     assert (first["ok"], first["failure_class"], first["port"], first["action"]) == (
         False, "port_in_use", taken, "retry on a new port")
@@ -119,7 +152,8 @@ def test_land_through_docker(production: dict[str, Any], docker_engine: Any,
 
 
 def test_model_swap_moves_the_restart_policy_and_replaces_a_foreign_port_holder(
-        production: dict[str, Any], base_image: str, docker_engine: Any, gateway: tuple[GatewayProcess, str]) -> None:
+        production: dict[str, Any], base_image: str, docker_engine: Any, gateway: tuple[GatewayProcess, str],
+        monitoring: PrometheusProcess) -> None:
     from blocks.profiles import ModelProfileBlock
     from flows.land import land
     from roost.profiles import LOCAL
@@ -166,3 +200,6 @@ def test_model_swap_moves_the_restart_policy_and_replaces_a_foreign_port_holder(
         time.sleep(0.5)
     assert old_name.status_code == 404 and "tiny-b" in old_name.json()["error"]["message"]
     assert "listening on" in Path(gw.log_path).read_text() and gw.proc is not None and gw.proc.poll() is None
+    # ... and so does Prometheus: the new server only (the retired one left with its deregistration)
+    monitoring.wait("Prometheus to scrape only the new server",
+                    lambda: monitoring.up("vllm") == {f"127.0.0.1:{port}": 1.0}, timeout_s=30)

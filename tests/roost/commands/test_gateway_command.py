@@ -8,23 +8,14 @@ import csv
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import run_roost as roost
 
-from roost.cli import main
 from roost.gateway.db import GatewayDB
-
-
-def roost(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["roost", *args])
-    with pytest.raises(SystemExit) as done:
-        main()
-    out = capsys.readouterr()
-    return int(done.value.code or 0), out.out, out.err
 
 
 @pytest.fixture

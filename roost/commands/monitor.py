@@ -1,0 +1,259 @@
+"""``roost monitor``: Prometheus, alert rules and the Grafana dashboard for what roost keeps serving
+(``roost/monitor/``).
+
+- ``roost monitor render --out DIR [--host H] [--gateway ADDR] [--prometheus URL] [--rule K=V ...]``:
+  writes ``prometheus/prometheus.yml`` (jobs ``vllm``, every server landed and kept on the host, and
+  ``llm-gateway``), ``prometheus/rules.yml``, ``grafana/dashboards/vllm-command-center.json`` and
+  Grafana's provisioning files, and records DIR so landings keep it in step (``--no-sync`` not).
+  JSON: ``out, vllm_targets, gateway_target, decode_floors, changed``.
+- ``roost monitor up [--out DIR] [--mount dir|file] [--no-grafana] ...``: Prometheus and Grafana
+  containers (official images) with the rendered files mounted.
+- ``roost monitor sync [--json]``: re-render and reload as a landing does (JSON adds ``reload``,
+  ``loaded_targets``, ``note``).
+- ``roost monitor status [--prometheus URL] [--json]``: what is scraped and what fires (JSON:
+  ``prometheus, targets[{job, address, health, last_error}], alerts[{name, state, labels, summary}],
+  stale``).
+- ``roost monitor down``: removes the containers (data volumes stay).
+
+Exit 0 success, 2 unusable input (one line), 1 Prometheus or Docker failing at run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from roost.commands._common import echo_json, user_errors
+from roost.errors import UserError
+from roost.settings import roost_home
+
+DURATION = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
+ADDRESS = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Folder for the files (default: the one recorded, else "
+                                             "<roost home>/monitor/files).")]
+HostOpt = Annotated[str | None, typer.Option("--host", help="Only this roost host's kept servers (default: all).")]
+GatewayOpt = Annotated[str, typer.Option("--gateway", help="The gateway's address as Prometheus scrapes it.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _duration(flag: str, value: str) -> str:
+    if not value or not DURATION.match(value) or value in ("0", ""):
+        raise UserError(f"{flag} {value!r} is not a Prometheus duration: use e.g. 15s, 5m, 1h")
+    return value
+
+
+def _rule_settings(pairs: list[str]) -> dict[str, object]:
+    from roost.monitor.rules import RuleSettings
+
+    fields = {f.name: f for f in dataclasses.fields(RuleSettings)}
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in fields:
+            raise UserError(f"--rule {pair!r}: use NAME=VALUE with NAME one of {', '.join(fields)}")
+        if fields[name].type in ("float", float):
+            try:
+                number = float(value)
+            except ValueError:
+                raise UserError(f"--rule {name}={value!r}: give a number") from None
+            if not 0 <= number <= (1e9 if name == "bypass_slack" else 1):
+                raise UserError(f"--rule {name}={value}: out of range (a fraction between 0 and 1)")
+            out[name] = number
+        else:
+            out[name] = value if value in ("0s",) else _duration(f"--rule {name}=", value)
+    return out
+
+
+def _state_for(out: Path | None, host: str | None, gateway: str, prometheus: str | None, rules: list[str],
+               scrape_interval: str, evaluation_interval: str) -> Any:
+    from roost.monitor.state import MonitorState, load_state
+
+    if not ADDRESS.match(gateway):
+        raise UserError(f"--gateway {gateway!r}: give HOST:PORT as Prometheus reaches the gateway, e.g. 127.0.0.1:8080")
+    if prometheus is not None and not re.match(r"^https?://[^/\s]+", prometheus):
+        raise UserError(f"--prometheus {prometheus!r}: give Prometheus's URL, e.g. http://127.0.0.1:9090")
+    old = load_state()
+    folder = out or (Path(old.out) if old else roost_home() / "monitor" / "files")
+    state = MonitorState(out=str(folder.expanduser().resolve()), host=host, gateway=gateway,
+                         prometheus_url=(prometheus if prometheus is not None else (old.prometheus_url if old else "")),
+                         scrape_interval=_duration("--scrape-interval", scrape_interval),
+                         evaluation_interval=_duration("--evaluation-interval", evaluation_interval),
+                         rules=_rule_settings(rules))
+    if old is not None and Path(old.out) == Path(state.out):  # keep what up started
+        state.prometheus_container, state.grafana_container = old.prometheus_container, old.grafana_container
+        state.grafana_url, state.docker_url = old.grafana_url, old.docker_url
+        if prometheus is None:
+            state.prometheus_url = old.prometheus_url
+    return state
+
+
+def render_cmd(
+    out: OutOpt = None,
+    host: HostOpt = None,
+    gateway: GatewayOpt = "127.0.0.1:8080",
+    prometheus: Annotated[str | None, typer.Option("--prometheus", help="A running Prometheus to reload on changes "
+                                                   "(needs --web.enable-lifecycle).")] = None,
+    rule: Annotated[list[str] | None, typer.Option("--rule", help="An alert threshold, NAME=VALUE (e.g. "
+                                                   "kv_threshold=0.9, bypass_window=10m); repeatable.")] = None,
+    scrape_interval: Annotated[str, typer.Option("--scrape-interval")] = "15s",
+    evaluation_interval: Annotated[str, typer.Option("--evaluation-interval")] = "15s",
+    no_sync: Annotated[bool, typer.Option("--no-sync", help="Write the files only; landings will not update them.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    from roost.monitor.render import render
+    from roost.monitor.state import save_state
+    from roost.monitor.sync import sync
+
+    state = _state_for(out, host, gateway, prometheus, rule or [], scrape_interval, evaluation_interval)
+    if no_sync:
+        result: dict[str, object] = render(Path(state.out), state.options()).to_json()
+    else:
+        save_state(state)
+        synced = sync(state, force_reload=bool(state.prometheus_url))
+        assert synced is not None
+        result = synced.to_json()
+    if as_json:
+        echo_json(result)
+        return
+    typer.echo(f"monitoring files in {result['out']}: {len(result['vllm_targets'])} vLLM target(s) "  # type: ignore[arg-type]
+               f"{', '.join(result['vllm_targets']) or '(none kept yet)'}, gateway {result['gateway_target']}")  # type: ignore[arg-type]
+    if result.get("reload") not in (None, "none"):
+        typer.echo(f"Prometheus: {result['reload']}{'; ' + str(result['note']) if result.get('note') else ''}")
+
+
+def up_cmd(
+    out: OutOpt = None,
+    host: HostOpt = None,
+    gateway: GatewayOpt = "127.0.0.1:8080",
+    mount: Annotated[str, typer.Option("--mount", help="dir: mount the Prometheus folder (reloads work); file: "
+                                       "mount prometheus.yml itself (changes restart the container).")] = "dir",
+    prometheus_image: Annotated[str, typer.Option("--prometheus-image")] = "",
+    grafana_image: Annotated[str, typer.Option("--grafana-image")] = "",
+    no_grafana: Annotated[bool, typer.Option("--no-grafana", help="Start Prometheus only.")] = False,
+    listen: Annotated[str, typer.Option("--listen", help="Prometheus's listen address.")] = "127.0.0.1:9090",
+    grafana_port: Annotated[int, typer.Option("--grafana-port")] = 3000,
+    docker_url: Annotated[str, typer.Option("--docker-url", help="The Docker engine (default: the local socket).")] = "",
+    rule: Annotated[list[str] | None, typer.Option("--rule", help="An alert threshold, NAME=VALUE.")] = None,
+    scrape_interval: Annotated[str, typer.Option("--scrape-interval")] = "15s",
+    evaluation_interval: Annotated[str, typer.Option("--evaluation-interval")] = "15s",
+    as_json: JsonOpt = False,
+) -> None:
+    from roost.monitor import containers
+    from roost.serve.docker.images import DEFAULT_DOCKER_URL
+
+    if mount not in ("dir", "file"):
+        raise UserError(f"--mount {mount!r}: choose dir or file")
+    if not ADDRESS.match(listen):
+        raise UserError(f"--listen {listen!r}: give HOST:PORT, e.g. 127.0.0.1:9090")
+    if not 0 < grafana_port < 65536:
+        raise UserError(f"--grafana-port {grafana_port}: give a port between 1 and 65535")
+    state = _state_for(out, host, gateway, f"http://{listen}", rule or [], scrape_interval, evaluation_interval)
+    state.docker_url = docker_url
+    client = _docker_client(docker_url or DEFAULT_DOCKER_URL)
+    opts = containers.UpOptions(prometheus_image=prometheus_image or containers.PROMETHEUS_IMAGE,
+                                grafana_image=grafana_image or containers.GRAFANA_IMAGE, grafana=not no_grafana,
+                                mount=mount, prometheus_listen=listen, grafana_port=grafana_port)  # type: ignore[arg-type]
+    state = containers.up(client, state, opts)
+    doc = {"prometheus": state.prometheus_url, "prometheus_container": state.prometheus_container,
+           "grafana": state.grafana_url, "grafana_container": state.grafana_container, "out": state.out,
+           "mount": mount}
+    if as_json:
+        echo_json(doc)
+        return
+    typer.echo(f"Prometheus {state.prometheus_url} ({state.prometheus_container}, {mount} mount)"
+               + (f"; Grafana {state.grafana_url} ({state.grafana_container})" if state.grafana_url else ""))
+
+
+def _docker_client(url: str) -> Any:
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=url, version="auto", timeout=120)
+        client.ping()
+    except docker.errors.DockerException:
+        raise UserError(f"no Docker engine answers at {url}: start it, or pass --docker-url") from None
+    return client
+
+
+def down_cmd(as_json: JsonOpt = False) -> None:
+    from roost.monitor import containers
+    from roost.monitor.state import load_state
+    from roost.serve.docker.images import DEFAULT_DOCKER_URL
+
+    state = load_state()
+    if state is None or not (state.prometheus_container or state.grafana_container):
+        raise UserError("roost monitor up has not started anything here")
+    gone = containers.down(_docker_client(state.docker_url or DEFAULT_DOCKER_URL), state)
+    if as_json:
+        echo_json({"removed": gone})
+        return
+    typer.echo(f"removed {', '.join(gone) or 'nothing (already gone)'}; data volumes kept")
+
+
+def sync_cmd(as_json: JsonOpt = False) -> None:
+    from roost.monitor.sync import sync
+
+    result = sync(force_reload=True)
+    if result is None:
+        raise UserError("no monitoring set up here: run roost monitor render --out DIR first")
+    if as_json:
+        echo_json(result.to_json())
+        return
+    typer.echo(f"{len(result.rendered.targets.vllm)} vLLM target(s); Prometheus: {result.method}"
+               + (f" ({result.note})" if result.note else ""))
+
+
+def status_cmd(
+    prometheus: Annotated[str | None, typer.Option("--prometheus", help="Prometheus's URL (default: the one "
+                                                   "recorded by render/up).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    from roost.monitor import scrape
+    from roost.monitor.prometheus import PrometheusAPI
+    from roost.monitor.state import load_state
+    from roost.monitor.targets import address_of, kept_servers
+
+    state = load_state()
+    url = prometheus or (state.prometheus_url if state else "")
+    if not url:
+        raise UserError("no Prometheus known: pass --prometheus URL, or run roost monitor up")
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise UserError(f"--prometheus {url!r}: give Prometheus's URL, e.g. http://127.0.0.1:9090")
+    api = PrometheusAPI(url)
+    targets = api.targets()
+    alerts = api.alerts()
+    loaded = scrape.vllm_addresses(api.loaded_config())
+    kept = sorted(address_of(r.base_url) for r in kept_servers(state.host if state else None))
+    stale = state is not None and loaded != kept
+    if as_json:
+        echo_json({"prometheus": url, "targets": [dataclasses.asdict(t) for t in targets],
+                   "alerts": [dataclasses.asdict(a) for a in alerts], "stale": stale})
+        return
+    typer.echo(f"Prometheus {url}: {len(targets)} target(s)")
+    for t in targets:
+        typer.echo(f"  {t.job:<12} {t.address:<24} {t.health}{'  ' + t.last_error if t.last_error else ''}")
+    firing = [a for a in alerts if a.state == "firing"]
+    pending = [a for a in alerts if a.state == "pending"]
+    typer.echo(f"alerts: {len(firing)} firing, {len(pending)} pending")
+    for a in firing + pending:
+        typer.echo(f"  {a.state:<8} {a.name}: {a.summary}")
+    if stale:
+        typer.echo(f"note: Prometheus scrapes {', '.join(loaded) or 'no vLLM server'} but roost keeps "
+                   f"{', '.join(kept) or 'none'}: run roost monitor sync")
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+                        help="Live monitoring: Prometheus, alert rules and the Grafana dashboard for kept servers.")
+    group.command("render", help="Write prometheus.yml, alert rules and the Grafana dashboard.")(user_errors(render_cmd))
+    group.command("up", help="Start Prometheus and Grafana as containers with the rendered files.")(user_errors(up_cmd))
+    group.command("sync", help="Re-render and reload Prometheus (what a landing does).")(user_errors(sync_cmd))
+    group.command("status", help="What Prometheus scrapes and what fires.")(user_errors(status_cmd))
+    group.command("down", help="Remove the monitoring containers (data kept).")(user_errors(down_cmd))
+    app.add_typer(group, name="monitor")

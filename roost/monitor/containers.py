@@ -1,0 +1,144 @@
+"""``roost monitor up``/``down``: Prometheus and Grafana as containers on a Spark (official images),
+host networking (they reach the vLLM servers on 127.0.0.1 and the gateway as the recipe's
+``host.docker.internal`` targets would), the rendered folders bind-mounted read-only.
+
+The Prometheus folder is mounted whole (``--mount dir``, the default), so ``/-/reload`` sees each
+atomically rewritten file; ``--mount file`` mounts ``prometheus.yml`` and ``rules.yml`` one by one,
+as the recipe's box did, and roost then restarts the container on every change
+(:mod:`roost.monitor.sync`). Data lives in named volumes that ``down`` keeps.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from roost.errors import UserError
+from roost.monitor import scrape
+from roost.monitor.grafana import DASHBOARDS_PATH
+from roost.monitor.prometheus import PrometheusAPI, PrometheusError
+from roost.monitor.render import PROMETHEUS_DIR, render
+from roost.monitor.state import MonitorState, save_state
+
+PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0"
+GRAFANA_IMAGE = "grafana/grafana:11.6.0"
+PROMETHEUS_NAME = "roost-prometheus"
+GRAFANA_NAME = "roost-grafana"
+LABEL = "ai.roost.monitor"
+ADMIN_PASSWORD_ENV = "ROOST_GRAFANA_ADMIN_PASSWORD"
+
+Mount = Literal["dir", "file"]
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    prometheus_image: str = PROMETHEUS_IMAGE
+    grafana_image: str = GRAFANA_IMAGE
+    grafana: bool = True
+    mount: Mount = "dir"
+    prometheus_listen: str = "127.0.0.1:9090"
+    grafana_port: int = 3000
+    retention: str = "30d"
+
+
+def _image(client: Any, ref: str, flag: str) -> None:
+    import docker
+
+    try:
+        client.images.get(ref)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.images.pull(ref)
+    except docker.errors.DockerException as exc:
+        raise UserError(f"cannot pull {ref} ({' '.join(str(exc).split())[:160]}): pass {flag} with an image this "
+                        "engine has") from None
+
+
+def _replace(client: Any, name: str) -> None:
+    import docker
+
+    try:
+        old = client.containers.get(name)
+    except docker.errors.NotFound:
+        return
+    if old.labels.get(LABEL) is None:
+        raise UserError(f"a container named {name} exists and roost did not start it: remove or rename it first")
+    old.remove(force=True)
+
+
+def prometheus_volumes(out: Path, mount: Mount) -> dict[str, dict[str, str]]:
+    folder = (out / PROMETHEUS_DIR).resolve()
+    if mount == "dir":
+        return {str(folder): {"bind": "/etc/prometheus", "mode": "ro"}}
+    return {str(folder / name): {"bind": f"/etc/prometheus/{name}", "mode": "ro"}
+            for name in (scrape.CONFIG_FILE, scrape.RULES_FILE)}
+
+
+def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 90.0) -> MonitorState:
+    """Render, (re)start the containers and wait for Prometheus; returns the state saved."""
+    out = Path(state.out)
+    state.prometheus_url = f"http://{options.prometheus_listen.replace('0.0.0.0', '127.0.0.1')}"
+    render(out, state.options())
+    _image(client, options.prometheus_image, "--prometheus-image")
+    if options.grafana:
+        _image(client, options.grafana_image, "--grafana-image")
+    _replace(client, PROMETHEUS_NAME)
+    prom = client.containers.run(
+        options.prometheus_image, name=PROMETHEUS_NAME, detach=True, network_mode="host",
+        entrypoint=["/bin/prometheus"],
+        command=[f"--config.file=/etc/prometheus/{scrape.CONFIG_FILE}", "--storage.tsdb.path=/prometheus",
+                 f"--storage.tsdb.retention.time={options.retention}", "--web.enable-lifecycle",
+                 f"--web.listen-address={options.prometheus_listen}"],
+        volumes={**prometheus_volumes(out, options.mount), "roost-prometheus-data": {"bind": "/prometheus", "mode": "rw"}},
+        labels={LABEL: "prometheus"}, restart_policy={"Name": "unless-stopped"})
+    state.prometheus_container = PROMETHEUS_NAME
+    api = PrometheusAPI(state.prometheus_url, timeout_s=2.0)
+    deadline = time.monotonic() + timeout_s
+    while not api.ready():
+        prom.reload()
+        if prom.status in ("exited", "dead") or time.monotonic() > deadline:
+            tail = prom.logs(tail=5).decode(errors="replace").strip().splitlines()
+            raise PrometheusError(f"Prometheus did not become ready ({prom.status}): "
+                                  f"{tail[-1] if tail else 'no log'}")
+        time.sleep(0.5)
+    if options.grafana:
+        _replace(client, GRAFANA_NAME)
+        env = {"GF_SERVER_HTTP_PORT": str(options.grafana_port)}
+        if os.environ.get(ADMIN_PASSWORD_ENV):
+            env["GF_SECURITY_ADMIN_PASSWORD"] = os.environ[ADMIN_PASSWORD_ENV]
+        client.containers.run(
+            options.grafana_image, name=GRAFANA_NAME, detach=True, network_mode="host", environment=env,
+            volumes={str((out / "grafana" / "provisioning").resolve()): {"bind": "/etc/grafana/provisioning", "mode": "ro"},
+                     str((out / "grafana" / "dashboards").resolve()): {"bind": DASHBOARDS_PATH, "mode": "ro"},
+                     "roost-grafana-data": {"bind": "/var/lib/grafana", "mode": "rw"}},
+            labels={LABEL: "grafana"}, restart_policy={"Name": "unless-stopped"})
+        state.grafana_container = GRAFANA_NAME
+        state.grafana_url = f"http://127.0.0.1:{options.grafana_port}"
+    else:
+        state.grafana_container, state.grafana_url = "", ""
+    save_state(state)
+    return state
+
+
+def down(client: Any, state: MonitorState) -> list[str]:
+    """Stop and remove roost's monitoring containers (their data volumes stay); returns their names."""
+    import docker
+
+    gone = []
+    for name in (state.prometheus_container, state.grafana_container):
+        if not name:
+            continue
+        try:
+            client.containers.get(name).remove(force=True)
+            gone.append(name)
+        except docker.errors.NotFound:
+            pass
+    state.prometheus_container = state.grafana_container = ""
+    state.prometheus_url = state.grafana_url = ""
+    save_state(state)
+    return gone

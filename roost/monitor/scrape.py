@@ -1,0 +1,44 @@
+"""``prometheus.yml``: the ``vllm`` job over every kept server on the host and the ``llm-gateway`` job
+(the recipe's two jobs), reading the rule file beside it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from roost.monitor import queries as q
+from roost.monitor.targets import Targets
+
+RULES_FILE = "rules.yml"
+CONFIG_FILE = "prometheus.yml"
+
+
+@dataclass(frozen=True)
+class ScrapeSettings:
+    scrape_interval: str = "15s"
+    evaluation_interval: str = "15s"
+
+
+def prometheus_config(targets: Targets, settings: ScrapeSettings) -> dict[str, Any]:
+    """The configuration document. Each vLLM target carries the roost host and the landing run that
+    started it as labels (vLLM's own series carry ``model_name``)."""
+    vllm = [{"targets": [t.address], "labels": {k: v for k, v in (("roost_host", t.roost_host),
+                                                                  ("landing_run_id", t.run_id)) if v}}
+            for t in targets.vllm]
+    return {
+        "global": {"scrape_interval": settings.scrape_interval, "evaluation_interval": settings.evaluation_interval},
+        "rule_files": [RULES_FILE],
+        "scrape_configs": [
+            {"job_name": q.VLLM_JOB, "metrics_path": "/metrics", "static_configs": vllm},
+            {"job_name": q.GATEWAY_JOB, "metrics_path": "/metrics",
+             "static_configs": [{"targets": [targets.gateway]}]},
+        ],
+    }
+
+
+def vllm_addresses(config: dict[str, Any]) -> list[str]:
+    """The ``vllm`` job's targets in a configuration document (rendered, or as Prometheus loaded it)."""
+    for job in config.get("scrape_configs") or []:
+        if job.get("job_name") == q.VLLM_JOB:
+            return sorted(t for sc in job.get("static_configs") or [] for t in sc.get("targets") or [])
+    return []

@@ -1,0 +1,178 @@
+"""What ``roost monitor render`` writes, without a Prometheus: the dashboard against Grafana's own
+schema models, the targets from the landing registry, the decode floor from a landing's record,
+atomic and change-only writes, and the CLI's one-line refusals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from support.cli import run_roost as roost
+
+from roost.gateway import registry
+from roost.monitor import queries as q
+from roost.monitor.dashboard import DATASOURCE_UID, PANELS, TITLE, dashboard, panel_queries
+from roost.monitor.render import DASHBOARD_FILE, DATASOURCES_FILE, RenderOptions, render
+from roost.monitor.sync import single_file_mount
+from roost.monitor.targets import decode_floor
+from roost.records import BenchPoint, Distribution, RunMeta, RunRecord
+
+
+@pytest.fixture
+def reg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    d = tmp_path / "backends"
+    monkeypatch.setenv("ROOST_GATEWAY_BACKENDS_DIR", str(d))
+    monkeypatch.setenv("ROOST_MONITOR_STATE", str(tmp_path / "monitor.json"))
+    yield d
+
+
+def test_dashboard_is_grafanas_schema_and_carries_every_panel_the_issue_names() -> None:
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    doc = dashboard()
+    # Grafana's schema models (generated from its dashboard kind) read the document back unchanged:
+    # no field unknown to the schema, none of the wrong type
+    again = json.loads(json.dumps(Dashboard.from_json(doc), cls=JSONEncoder))
+    assert again == doc
+    assert doc["title"] == TITLE and doc["schemaVersion"] >= 39
+    titles = [p["title"] for p in doc["panels"] if p["type"] != "row"]
+    assert titles == [p.title for p in PANELS]
+    for needed in ("Throughput", "Time to first token", "Inter-token latency", "Running and waiting requests",
+                   "KV cache usage", "Draft acceptance", "Tokens per key", "Tokens per kind"):
+        assert needed in titles
+    assert {p["type"] for p in doc["panels"]} == {"row", "timeseries"}
+    for p in doc["panels"]:
+        if p["type"] != "row":
+            assert p["datasource"]["uid"] == DATASOURCE_UID
+    (var,) = doc["templating"]["list"]
+    assert var["name"] == "model_name" and var["includeAll"] and var["allValue"] == ".*"
+    # vLLM panels key on model_name through the variable: a new model appears with no change
+    for title, expr in panel_queries(doc):
+        if "vllm:" in expr:
+            assert q.MODEL in expr, (title, expr)
+
+
+def test_render_targets_floors_and_provisioning(reg: Path, tmp_path: Path) -> None:
+    registry.register("http://127.0.0.1:8004/v1", "ornith", "spark", "run-a", 52.5, 20)
+    registry.register("http://127.0.0.1:8002", "qwen", "other-spark", "run-b")
+    out = tmp_path / "files"
+    done = render(out, RenderOptions(host="spark", gateway="127.0.0.1:8080"))
+    assert [t.address for t in done.targets.vllm] == ["127.0.0.1:8004"]
+    config = yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    assert set(jobs) == {"vllm", "llm-gateway"}
+    assert jobs["vllm"]["static_configs"] == [{"targets": ["127.0.0.1:8004"],
+                                              "labels": {"roost_host": "spark", "landing_run_id": "run-a"}}]
+    rules = yaml.safe_load((out / "prometheus" / "rules.yml").read_text())["groups"][0]["rules"]
+    (decode,) = [r for r in rules if r["alert"] == "DecodeSpeedDrop"]
+    assert 'model_name="ornith"' in decode["expr"] and f"< {52.5 * 0.75:.6g}" in decode["expr"]
+    ds = yaml.safe_load((out / DATASOURCES_FILE).read_text())["datasources"][0]
+    assert ds["uid"] == DATASOURCE_UID and ds["type"] == "prometheus"
+    assert json.loads((out / DASHBOARD_FILE).read_text())["title"] == TITLE
+    everything = render(out, RenderOptions())  # all hosts now
+    assert [t.address for t in everything.targets.vllm] == ["127.0.0.1:8002", "127.0.0.1:8004"]
+
+
+def test_unchanged_files_are_left_alone_and_changes_land_as_new_files(reg: Path, tmp_path: Path) -> None:
+    out = tmp_path / "files"
+    first = render(out, RenderOptions())
+    assert len(first.changed) == 5
+    config = out / "prometheus" / "prometheus.yml"
+    inode = config.stat().st_ino
+    assert render(out, RenderOptions()).changed == []
+    assert config.stat().st_ino == inode
+    registry.register("http://127.0.0.1:8004", "ornith", "spark", "run-a")
+    again = render(out, RenderOptions())
+    assert again.changed == ["prometheus/prometheus.yml"]  # no floor: the rules did not change
+    # written whole under a new inode (temporary file renamed): why a single-file bind mount goes stale
+    assert config.stat().st_ino != inode
+    assert not [p for p in config.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_decode_floor_is_the_slowest_rate_at_the_highest_measured_concurrency() -> None:
+    meta = RunMeta(run_id="r1", roost_version="0", profile="p", repo_id="a/b", revision="main", commit="c",
+                   served_model_name="tiny", host="spark", backend="docker")
+
+    def point(conc: int, tpot: float | None, errors: int = 0) -> BenchPoint:
+        return BenchPoint(kind="concurrency", prompt_tokens=128, output_tokens=64, concurrency=conc, requests=4,
+                          errors=errors, tpot_s=Distribution(count=4, mean=tpot))
+
+    rec = RunRecord(meta=meta, points=[point(1, 0.01), point(16, 0.02), point(16, 0.025), point(32, 0.05, errors=4)])
+    floor = decode_floor(rec)
+    assert floor is not None
+    assert (floor.concurrency, round(floor.tok_s, 6), floor.model_name, floor.run_id) == (16, 40.0, "tiny", "r1")
+    assert decode_floor(RunRecord(meta=meta, points=[point(1, None)])) is None
+
+
+def test_direct_traffic_marks_and_clears_the_registration(reg: Path) -> None:
+    registry.register("http://127.0.0.1:8004", "ornith", "spark", "run-a")
+    with registry.direct_traffic("http://127.0.0.1:8004") as marked:
+        assert marked
+        (entry,) = registry.registered()
+        assert entry.direct_until > 0
+    (entry,) = registry.registered()
+    assert entry.direct_until == 0.0
+    with registry.direct_traffic("http://127.0.0.1:9999") as marked:
+        assert not marked
+
+
+def test_single_file_mount_is_told_from_a_folder_mount(tmp_path: Path) -> None:
+    f = tmp_path / "prometheus.yml"
+    f.write_text("x")
+
+    class C:
+        def __init__(self, source: Path, dest: str) -> None:
+            self.attrs = {"Mounts": [{"Type": "bind", "Source": str(source), "Destination": dest}]}
+
+    assert single_file_mount(C(f, "/etc/prometheus/prometheus.yml"))
+    assert not single_file_mount(C(tmp_path, "/etc/prometheus"))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["render", "--rule", "nope=1"], "--rule 'nope=1'"),
+    (["render", "--rule", "kv_threshold=1.5"], "kv_threshold"),
+    (["render", "--rule", "bypass_window=5 minutes"], "Prometheus duration"),
+    (["render", "--scrape-interval", "fast"], "--scrape-interval"),
+    (["render", "--gateway", "localhost"], "--gateway"),
+    (["render", "--prometheus", "localhost:9090"], "--prometheus"),
+    (["render", "--outt", "x"], "--outt"),
+    (["up", "--mount", "bind"], "--mount"),
+    (["status", "--prometheus", "nowhere"], "--prometheus"),
+    (["sync"], "no monitoring set up"),
+    (["down"], "has not started"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, reg: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, err = roost(capsys, monkeypatch, "monitor", *args)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("roost: error:") and needle in lines[0], err
+
+
+def test_render_into_a_file_is_refused(reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "file"
+    f.write_text("")
+    code, _, err = roost(capsys, monkeypatch, "monitor", "render", "--out", str(f))
+    assert code == 2 and err.count("\n") == 1 and "is a file" in err
+
+
+def test_render_command_records_the_folder_for_landings(reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from roost.monitor.state import load_state
+
+    registry.register("http://127.0.0.1:8004", "ornith", "spark", "run-a")
+    code, out, err = roost(capsys, monkeypatch, "monitor", "render", "--out", str(tmp_path / "m"), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["vllm_targets"] == ["127.0.0.1:8004"] and doc["reload"] == "none" and len(doc["changed"]) == 5
+    state = load_state()
+    assert state is not None and state.out == str((tmp_path / "m").resolve())
+    code, out, _ = roost(capsys, monkeypatch, "monitor", "render", "--no-sync", "--out", str(tmp_path / "other"))
+    assert code == 0 and "1 vLLM target(s) 127.0.0.1:8004" in out
+    state = load_state()
+    assert state is not None and state.out == str((tmp_path / "m").resolve())  # --no-sync leaves the record alone
