@@ -201,6 +201,7 @@ def test_a_backend_killed_mid_stream(gw_dir: Path, gateway: GatewayProcess, alic
     gw = GatewayProcess(gateway.db_url, [doomed.base_url], log_path=gw_dir / "doomed.log",
                         extra=["--poll-interval", "30"]).start()
     try:
+        before = len(usage_rows(gw.db_url))  # the module's database already holds other tests' rows
         client = OpenAI(base_url=f"{gw.url}/v1", api_key=alice, max_retries=0)
         stream = client.chat.completions.create(model="doomed", messages=[{"role": "user", "content": "go"}],
                                                 max_tokens=400, stream=True)
@@ -212,7 +213,7 @@ def test_a_backend_killed_mid_stream(gw_dir: Path, gateway: GatewayProcess, alic
                     if seen == 8:
                         os.kill(doomed.proc.pid, signal.SIGKILL)
         doomed.proc.wait()
-        row = next(r for r in wait_rows(gw.db_url, 1) if r["model"] == "doomed")
+        (row,) = [r for r in wait_rows(gw.db_url, before + 1) if r["model"] == "doomed"]
         assert row["status"] == "backend_cut"
         assert 8 <= row["completion_tokens"] < 400
         t0 = time.monotonic()
