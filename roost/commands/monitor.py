@@ -41,9 +41,11 @@ GatewayOpt = Annotated[str, typer.Option("--gateway", help="The gateway's addres
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _duration(flag: str, value: str) -> str:
-    if not value or not DURATION.match(value) or value in ("0", ""):
+def _duration(flag: str, value: str, *, positive: bool = False) -> str:
+    if not value or not DURATION.match(value):
         raise UserError(f"{flag} {value!r} is not a Prometheus duration: use e.g. 15s, 5m, 1h")
+    if positive and not any(c in "123456789" for c in value):
+        raise UserError(f"{flag} {value!r}: give a duration above zero, e.g. 15s")
     return value
 
 
@@ -66,7 +68,7 @@ def _rule_settings(pairs: list[str]) -> dict[str, object]:
                 raise UserError(f"--rule {name}={value}: out of range (a fraction between 0 and 1)")
             out[name] = number
         else:
-            out[name] = value if value in ("0s",) else _duration(f"--rule {name}=", value)
+            out[name] = _duration(f"--rule {name}", value)
     return out
 
 
@@ -82,8 +84,8 @@ def _state_for(out: Path | None, host: str | None, gateway: str, prometheus: str
     folder = out or (Path(old.out) if old else roost_home() / "monitor" / "files")
     state = MonitorState(out=str(folder.expanduser().resolve()), host=host, gateway=gateway,
                          prometheus_url=(prometheus if prometheus is not None else (old.prometheus_url if old else "")),
-                         scrape_interval=_duration("--scrape-interval", scrape_interval),
-                         evaluation_interval=_duration("--evaluation-interval", evaluation_interval),
+                         scrape_interval=_duration("--scrape-interval", scrape_interval, positive=True),
+                         evaluation_interval=_duration("--evaluation-interval", evaluation_interval, positive=True),
                          rules=_rule_settings(rules))
     if old is not None and Path(old.out) == Path(state.out):  # keep what up started
         state.prometheus_container, state.grafana_container = old.prometheus_container, old.grafana_container
@@ -155,7 +157,7 @@ def up_cmd(
         raise UserError(f"--grafana-port {grafana_port}: give a port between 1 and 65535")
     state = _state_for(out, host, gateway, f"http://{listen}", rule or [], scrape_interval, evaluation_interval)
     state.docker_url = docker_url
-    client = _docker_client(docker_url or DEFAULT_DOCKER_URL)
+    client = containers.engine(docker_url or DEFAULT_DOCKER_URL)
     opts = containers.UpOptions(prometheus_image=prometheus_image or containers.PROMETHEUS_IMAGE,
                                 grafana_image=grafana_image or containers.GRAFANA_IMAGE, grafana=not no_grafana,
                                 mount=mount, prometheus_listen=listen, grafana_port=grafana_port)  # type: ignore[arg-type]
@@ -170,17 +172,6 @@ def up_cmd(
                + (f"; Grafana {state.grafana_url} ({state.grafana_container})" if state.grafana_url else ""))
 
 
-def _docker_client(url: str) -> Any:
-    import docker
-
-    try:
-        client = docker.DockerClient(base_url=url, version="auto", timeout=120)
-        client.ping()
-    except docker.errors.DockerException:
-        raise UserError(f"no Docker engine answers at {url}: start it, or pass --docker-url") from None
-    return client
-
-
 def down_cmd(as_json: JsonOpt = False) -> None:
     from roost.monitor import containers
     from roost.monitor.state import load_state
@@ -189,7 +180,7 @@ def down_cmd(as_json: JsonOpt = False) -> None:
     state = load_state()
     if state is None or not (state.prometheus_container or state.grafana_container):
         raise UserError("roost monitor up has not started anything here")
-    gone = containers.down(_docker_client(state.docker_url or DEFAULT_DOCKER_URL), state)
+    gone = containers.down(containers.engine(state.docker_url or DEFAULT_DOCKER_URL), state)
     if as_json:
         echo_json({"removed": gone})
         return

@@ -44,6 +44,18 @@ class UpOptions:
     retention: str = "30d"
 
 
+def engine(url: str) -> Any:
+    """A client for the Docker engine at ``url``, checked with a ping."""
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=url, version="auto", timeout=120)
+        client.ping()
+    except docker.errors.DockerException:
+        raise UserError(f"no Docker engine answers at {url}: start it, or pass --docker-url") from None
+    return client
+
+
 def _image(client: Any, ref: str, flag: str) -> None:
     import docker
 

@@ -61,7 +61,7 @@ class PrometheusAPI:
             r = httpx.post(f"{self.url}/-/reload", timeout=max(self.timeout_s, 30.0))
         except httpx.HTTPError as exc:
             raise PrometheusError(f"Prometheus at {self.url} is not answering ({type(exc).__name__})") from None
-        if r.status_code == 403 or r.status_code == 404:
+        if r.status_code in (403, 404):
             raise PrometheusError(f"Prometheus at {self.url} refuses /-/reload: start it with --web.enable-lifecycle "
                                   "(roost monitor up does), or restart it after each change")
         if r.status_code != 200:
@@ -84,9 +84,6 @@ class PrometheusAPI:
         return [AlertState(name=a.get("labels", {}).get("alertname", ""), state=a.get("state", ""),
                            labels=dict(a.get("labels") or {}), summary=(a.get("annotations") or {}).get("summary", ""))
                 for a in data.get("alerts") or []]
-
-    def rule_groups(self) -> list[dict[str, Any]]:
-        return list(self._get("/api/v1/rules").get("groups") or [])
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         """An instant query's result vector (``[{"metric": {...}, "value": [t, "v"]}, ...]``)."""

@@ -49,10 +49,6 @@ class Rendered:
     targets: Targets
     changed: list[str]
 
-    @property
-    def config_path(self) -> Path:
-        return self.out / PROMETHEUS_DIR / scrape.CONFIG_FILE
-
     def to_json(self) -> dict[str, object]:
         return {"out": str(self.out), "vllm_targets": [t.address for t in self.targets.vllm],
                 "gateway_target": self.targets.gateway,

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from roost.monitor import scrape
+from roost.monitor.containers import engine
 from roost.monitor.prometheus import PrometheusAPI, PrometheusError
 from roost.monitor.render import PROMETHEUS_DIR, Rendered, render
 from roost.monitor.state import MonitorState, load_state
+from roost.serve.docker.images import DEFAULT_DOCKER_URL
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +51,6 @@ def single_file_mount(container: Any, config_path: str = CONFIG_IN_CONTAINER) ->
         if m.get("Type") == "bind" and m.get("Destination") == config_path:
             return Path(str(m.get("Source", ""))).is_file()
     return False
-
-
-def _docker(state: MonitorState) -> Any:
-    import docker
-
-    from roost.serve.docker.images import DEFAULT_DOCKER_URL
-
-    return docker.DockerClient(base_url=state.docker_url or DEFAULT_DOCKER_URL, version="auto", timeout=60)
 
 
 def wait_loaded(api: PrometheusAPI, expected: list[str], timeout_s: float) -> list[str] | None:
@@ -90,8 +84,8 @@ def sync(state: MonitorState | None = None, *, force_reload: bool = False, timeo
     container = None
     if state.prometheus_container:
         try:
-            container = _docker(state).containers.get(state.prometheus_container)
-        except Exception as exc:  # docker.errors.NotFound, engine down
+            container = engine(state.docker_url or DEFAULT_DOCKER_URL).containers.get(state.prometheus_container)
+        except Exception as exc:  # docker.errors.NotFound, UserError (engine down)
             raise PrometheusError(f"the Prometheus container {state.prometheus_container!r} is not there "
                                   f"({type(exc).__name__}): run roost monitor up") from None
     if container is not None and single_file_mount(container):
