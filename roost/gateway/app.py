@@ -392,6 +392,7 @@ class _Forward:
         self.metered_completion = 0
         self.sending_since: float | None = None  # perf_counter when a send to the client started, until it ends
         self.client_timed_out = False
+        self.delivered = False  # the client has the whole answer (a stream's [DONE] handed on)
         self.work: asyncio.Future[None] | None = None
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -421,7 +422,8 @@ class _Forward:
         gone = asyncio.ensure_future(self._wait_disconnect())
 
         def left(_: object) -> None:  # the client left first: stop the backend's work, bill what was sent
-            if not work.done() and not gone.cancelled():
+            # a client leaving once it has [DONE] left nothing unread (openai's client closes right there)
+            if not work.done() and not gone.cancelled() and not self.delivered:
                 row["status"] = "client_disconnected"
                 work.cancel()
 
@@ -646,6 +648,7 @@ class _Forward:
                         row.update(prompt_tokens=meter.prompt_tokens, prompt_source="usage")
                     if out:
                         await self.send({"type": "http.response.body", "body": out, "more_body": True})
+                        self.delivered = meter.done and meter.error is None
                         if first:
                             self._first_byte(t_sent, relay.t_first or t_sent)
                             first = False
@@ -653,6 +656,7 @@ class _Forward:
             tail = meter.flush()
             if tail:
                 await self.send({"type": "http.response.body", "body": tail, "more_body": True})
+                self.delivered = meter.done and meter.error is None
         except (HttpError, OSError, TimeoutError) as exc:  # the backend went away mid-stream: say so in the stream
             row.update(status="backend_cut", http_status=502, completion_source=meter.completion_source)
             self.backend.mark_down(f"cut a stream ({type(exc).__name__})")

@@ -21,7 +21,8 @@ It prints ``READY <port>`` once listening. Endpoints:
   ``batch`` N > 1 the server starts streams in batches of N, all on one clock once the N-th has
   arrived (as continuous batching schedules every waiting request together). The next
   chat requests take the listed faults in order: ``ok``, ``cut``, ``error``, ``no_usage``,
-  ``no_done``, ``empty_deltas``, ``500``, ``400``, ``hang``, ``die``.
+  ``no_done``, ``empty_deltas``, ``500``, ``400``, ``hang``, ``die``, ``slow_end`` (``[DONE]`` is
+  written, the chunked stream's end a second later, as a loaded server may).
 - ``GET /_stats``: ``log``, every request received (method, path); the server's record of what it did, per request id (``X-Request-Id``): when it
   read the request (``t_received``), when it wrote each token (``sent``; ``t_first`` and
   ``t_last`` are the first and last of them), the token count; and the largest lateness of any
@@ -238,6 +239,11 @@ async def stream_chat(
             out += _event({**base, "choices": [], "usage": usage})
         if fault != "no_done":
             out += _event(b"[DONE]")
+        if fault == "slow_end":
+            writer.write(out)
+            await writer.drain()
+            await asyncio.sleep(1.0)
+            out = b""
         writer.write(out + b"0\r\n\r\n")
         await writer.drain()
         return True

@@ -192,6 +192,27 @@ def test_a_client_that_leaves_mid_stream_is_billed_for_what_was_streamed(gateway
         backend.control(tokens_per_s=25)
 
 
+def test_a_client_that_closes_on_done_has_a_whole_answer(gateway: GatewayProcess, alice: str,
+                                                        backend: Synthetic) -> None:
+    """openai's client closes the connection as soon as it reads ``[DONE]``; a backend that ends its chunked
+    stream a second after ``[DONE]`` (``slow_end``) must not turn that answer into ``client_disconnected``."""
+    before = len(usage_rows(gateway.db_url))
+    backend.control(faults=["slow_end"])
+    body = {"model": "synthetic", "messages": [{"role": "user", "content": "a b"}], "max_tokens": 5,
+            "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {alice}"}) as resp:
+        rid = resp.headers["x-request-id"]
+        for line in resp.iter_lines():
+            if line == "data: [DONE]":
+                break  # and close, as openai >= 2 does
+        else:
+            raise AssertionError("no [DONE]")
+    rows = wait_rows(gateway.db_url, before + 1)
+    row = next(r for r in rows[before:] if r["request_id"] == rid)
+    assert (row["status"], row["completion_tokens"], row["completion_source"]) == ("ok", 5, "usage")
+
+
 def test_a_backend_killed_mid_stream(gw_dir: Path, gateway: GatewayProcess, alice: str) -> None:
     """The client gets an error in the stream, usage keeps the partial count, and the next request for
     the model is 503 at once (never a hang)."""
