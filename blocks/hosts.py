@@ -51,6 +51,10 @@ class HostBlock(Block):
     health_timeout_s: float = Field(default=900.0, gt=0, description="How long a cold load may take.")
     results_url: str = Field(default="", description="Where a browser reaches this host's results/reports "
                              "(`roost results serve`), e.g. http://spark:8765; empty: charts inline only.")
+    results_store: str = Field(default="", description="The results store shared by the team: a directory every "
+                               "worker mounts, or s3://BUCKET/PREFIX; empty: this worker's results directory.")
+    results_store_credentials: str = Field(default="", description="Name of the Roost Store Credentials block "
+                                           "for an s3:// store (empty: the worker's AWS_* environment).")
 
     def to_profile(self) -> HostProfile:
         """The plain ``HostProfile`` the flows and ``roost/`` logic use."""

@@ -51,7 +51,13 @@ ENTRYPOINTS: dict[str, str] = {
     "land": "flows/land.py:land",
     "rebenchmark": "flows/rebenchmark.py:rebenchmark",
     "audit": "flows/audit.py:audit",
+    "sweep": "flows/sweep.py:sweep",
 }
+
+SWEEP_QUEUE = "sweep"
+"""The work queue of ``sweep/<pool>``: a sweep only dispatches and waits (no GPU, little memory), so any
+worker may take it besides its host's queue (``--work-queue spark --work-queue sweep``), or one on
+the Prefect server's machine; a sweep outlives a Spark whose worker dies under one of its landings."""
 
 DESCRIPTIONS: dict[str, str] = {
     "land": "Land a model on {host}: preflight -> download -> audit -> build -> serve -> health -> benchmark -> "
@@ -59,6 +65,8 @@ DESCRIPTIONS: dict[str, str] = {
     "rebenchmark": "Benchmark what {host} serves (or land the profile there first when nothing is); nightly.",
     "audit": "Audit and plan a model for {host} from the Hub's headers, without downloading it (no server is "
              "started): a profile's repository, or any repo.",
+    "sweep": "Land a profile with every combination of a grid of vLLM flags across the hosts of pool {host} (each host "
+             "one server at a time, hosts in parallel) and compare the variants.",
 }
 
 PARAM_HELP: dict[str, str] = {
@@ -79,6 +87,13 @@ PARAM_HELP: dict[str, str] = {
                 "accuracy drop against the previous run of the same questions (McNemar, p < 0.05) is a regression.",
     "replace": "Stop containers roost did not start that hold the GPUs or the fixed port (refused otherwise); "
                "stopped with restart policy no, never removed.",
+    "grid": "The flags to sweep, one axis each: [\"max-num-seqs=16,20,24\", \"max-num-batched-tokens=4096,8192\"] "
+            "(on/off for a switch: \"enforce-eager=on,off\"); every combination is landed.",
+    "hosts": "Hosts to land the variants on (empty: every host with a land deployment of the profile's kind).",
+    "objective": "What names the best variant: peak-output (aggregate tok/s), decode or ttft (at the reference prompt).",
+    "pickup_timeout_s": "A landing no worker takes within this many seconds is cancelled and its host left out.",
+    "landing_timeout_s": "A landing still running after this many seconds is cancelled and reported failed.",
+    "poll_s": "How often the sweep looks at its landings.",
 }
 
 Status = Literal["created", "updated", "unchanged"]
@@ -137,6 +152,30 @@ def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: 
         tags=["roost", f"host:{host.name}"],
         work_pool_name=pool,
         work_queue_name=host.name,
+        job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
+                               "PREFECT_LOGGING_EXTRA_LOGGERS": EXTRA_LOGGERS}},
+        enforce_parameter_schema=True,
+        _sync=True,  # type: ignore[call-arg]
+    ))
+    schema = parameter_schema(dep)
+    _tune_schema(schema, sorted(profiles), dep.model_dump(mode="json", include={"parameters"})["parameters"])
+    set_parameter_schema(dep, schema)
+    return dep
+
+
+def build_sweep_deployment(pool: str, hosts: list[HostProfile], *, profiles: dict[str, ModelProfile],
+                           source: Path | None = None) -> RunnerDeployment:
+    """``sweep/<pool>`` on the ``sweep`` queue; its profile defaults to the first host's."""
+    params: dict[str, Any] = {"profile": default_profile(hosts[0], profiles) if hosts else "local"}
+    dep = cast("RunnerDeployment", RunnerDeployment.from_storage(
+        storage=LocalStorage(str(source or repo_root())),
+        entrypoint=ENTRYPOINTS["sweep"],
+        name=pool,
+        parameters=params,
+        description=DESCRIPTIONS["sweep"].format(host=pool),
+        tags=["roost", "sweep"],
+        work_pool_name=pool,
+        work_queue_name=SWEEP_QUEUE,
         job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
                                "PREFECT_LOGGING_EXTRA_LOGGERS": EXTRA_LOGGERS}},
         enforce_parameter_schema=True,

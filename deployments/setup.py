@@ -58,13 +58,16 @@ from blocks.hosts import LEGACY_HOST_SLUG, HostBlock, builtin_host_documents, ho
 from blocks.profiles import ModelProfileBlock, builtin_profile_documents
 from blocks.resolve import VLLM_API_KEY_BLOCK, all_profiles, load_host, read_documents, validation_problems
 from blocks.slack import SLACK_BLOCK, STAGE_LABEL, SlackNotifier
+from blocks.store import StoreCredentialsBlock
 from deployments._prefect_compat import block_schema_checksum
 from deployments.deploy import (
     DEFAULT_CRON,
     DEFAULT_POOL,
     DEFAULT_TIMEZONE,
+    SWEEP_QUEUE,
     apply_deployment,
     build_deployments,
+    build_sweep_deployment,
 )
 from roost.errors import UserError
 from roost.hosts import HOSTS, HostProfile
@@ -148,12 +151,15 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
         for h in host_profiles:
             report.items.append(_work_queue(client, pool, h.name))
             report.items.append(_host_limit(client, h.name))
+        report.items.append(_work_queue(client, pool, SWEEP_QUEUE))
         report.items.append(_automation(client, zombie_automation(zombie_after_s), f"after {zombie_after_s:g} s"))
         alert_items, report.crash_alerts = _crash_alerts(client)
         report.items += alert_items
     profiles = all_profiles()
-    for dep in build_deployments(host_profiles, pool=pool, profiles=profiles, source=source, cron=cron,
-                                 timezone=timezone):
+    deployments = [*build_deployments(host_profiles, pool=pool, profiles=profiles, source=source, cron=cron,
+                                      timezone=timezone),
+                   build_sweep_deployment(pool, host_profiles, profiles=profiles, source=source)]
+    for dep in deployments:
         status, changed = apply_deployment(dep)
         report.items.append(SetupItem(kind="deployment", name=dep.full_name, status=status,
                                       detail=("changed: " + ", ".join(changed)) if changed else ""))
@@ -207,7 +213,7 @@ def _block_types(client: SyncPrefectClient) -> list[SetupItem]:
     items: list[SetupItem] = []
     block_cls: type[Block]
     # the Slack block type too, so that the UI offers it (roost saves no Slack document: it holds a token)
-    for block_cls in (HostBlock, ModelProfileBlock, SlackNotifier):
+    for block_cls in (HostBlock, ModelProfileBlock, SlackNotifier, StoreCredentialsBlock):
         slug = block_cls.get_block_type_slug()
         status: Status = "unchanged"
         try:
@@ -244,12 +250,13 @@ def _builtin_document(client: SyncPrefectClient, name: str, block: Block, *, res
     if have is None:
         block.save(name)
         return SetupItem(kind="block", name=label, status="created", detail=note)
-    if {k: have.get(k) for k in want} == want:
+    # a field the saved document lacks (saved by an older roost) reads as its default: not an edit
+    if {k: have.get(k, want[k]) for k in want} == want:
         return SetupItem(kind="block", name=label, status="unchanged", detail=note)
     if reset:
         block.save(name, overwrite=True)
         return SetupItem(kind="block", name=label, status="updated", detail=_join("reset to the built-in", note))
-    differ = sorted(k for k in want if have.get(k) != want[k])
+    differ = sorted(k for k in want if have.get(k, want[k]) != want[k])
     return SetupItem(kind="block", name=label, status="kept",
                      detail=_join(f"edited ({', '.join(differ)}); kept (--reset-blocks reverts it)", note))
 

@@ -37,6 +37,7 @@ from flows.stages import (
     new_record,
     preflight_stage,
     report_stage,
+    results_store,
     serve_stage,
     stage,
     vision_stage,
@@ -83,7 +84,7 @@ def land(
     server: Server | None = None
     failure: RoostError | None = None
     comparison: RegressionReport | None = None
-    with contextlib.ExitStack() as teardown:
+    with results_store(host_p), contextlib.ExitStack() as teardown:     # the shared store, or the worker's
         try:
             with hub_source(prof) as endpoint:                                 # HF_ENDPOINT, or the demo's mirror
                 pre = preflight_stage(record, prof, host_p, overrides, endpoint)  # 1. audit + plan from the Hub

@@ -33,6 +33,7 @@ from flows.stages import (
     hub_source,
     new_record,
     report_stage,
+    results_store,
     server_version,
     stage,
 )
@@ -81,7 +82,8 @@ def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = Tr
     with host_slot(host_p.name):
         found = find_server_task(host_p)
         if found:
-            return _benchmark_serving(found, host_p, profile, notify, evaluate)
+            with results_store(host_p):
+                return _benchmark_serving(found, host_p, profile, notify, evaluate)
     prof_name = profile or _default_profile(host_p.name)
     get_run_logger().info("nothing is serving on %s: landing %s there first (keep_serving)", host_p.name, prof_name)
     name_run(prof_name, host_p.name)

@@ -43,6 +43,7 @@ from pydantic import BaseModel, SecretStr
 
 import roost
 from blocks.resolve import load_vllm_api_key, vllm_api_key_with_source
+from blocks.store import results_store_for
 from flows.identity import label_stage, name_run, roost_logs_to_run, tag_run
 from roost import catalogue as C
 from roost.bench import mtp
@@ -75,7 +76,16 @@ from roost.serve.coldload import ColdLoad, ColdLoadFailed, cold_load
 from roost.serve.occupancy import memory_refusal, occupancy_refusal
 from roost.serve.vision import VisionProbeFailed, needs_probe
 from roost.settings import checkpoint_dir, roost_home
-from roost.store import append_eval_answers, append_requests, load_eval_answers, load_records
+from roost.store import (
+    append_eval_answers,
+    append_requests,
+    current_store,
+    load_eval_answers,
+    record_batches_newest_first,
+    using_store,
+)
+from roost.store.fallback import KeepLocalCopy
+from roost.store.objects import StoreUnreachable
 from roost.units import format_memory
 from roost.vllm import prometheus, specdecode_log
 from roost.vllm.client import VllmClient, run_sync
@@ -107,16 +117,32 @@ def stage(record: RunRecord, name: str) -> Iterator[StageTiming]:
         yield timing
     except BaseException as exc:
         timing.status = "failed"
-        if record.status != "failed":
-            record.status, record.failed_stage = "failed", name
-            record.failure_message = str(exc) or type(exc).__name__
-            known = exc if isinstance(exc, RoostError) else RoostError()
-            record.failure_class = known.failure_class or f"{name.replace('-', '_')}_failed"
-            record.remediation = known.remediation
+        mark_failed(record, name, exc)
         raise
     finally:
         timing.seconds = time.perf_counter() - t0
         record.stages.append(timing)
+
+
+def mark_failed(record: RunRecord, stage_name: str, exc: BaseException) -> None:
+    """The run failed at ``stage_name`` with ``exc`` (its class and remediation when roost classified it),
+    unless an earlier failure is already the run's."""
+    if record.status == "failed":
+        return
+    record.status, record.failed_stage = "failed", stage_name
+    record.failure_message = str(exc) or type(exc).__name__
+    known = exc if isinstance(exc, RoostError) else RoostError()
+    record.failure_class = known.failure_class or f"{stage_name.replace('-', '_')}_failed"
+    record.remediation = known.remediation
+
+
+@contextlib.contextmanager
+def results_store(host: HostProfile) -> Iterator[KeepLocalCopy]:
+    """The results store of a run on ``host`` (``blocks.store.results_store_for``) for the whole flow,
+    every write it cannot take kept on the worker (``roost.store.fallback``)."""
+    store = KeepLocalCopy(results_store_for(host))
+    with using_store(store):
+        yield store
 
 
 def api_key() -> SecretStr:
@@ -447,7 +473,6 @@ def eval_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: Secret
     An evaluation the server cuts short keeps its answers (log and store) and fails the stage."""
     if not prepared:
         return
-    history = load_records(model=record.meta.repo_id)
     with stage(record, "evaluate") as st:
         notes = []
         for p in prepared:
@@ -463,7 +488,7 @@ def eval_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: Secret
             ev = EvalRecord(task=result.task, dataset=result.dataset, sampling=result.sampling, seed=result.seed,
                             limit=result.limit, per_category=result.per_category, sample_digest=result.sample_digest,
                             summary=result.summary, elapsed_s=result.elapsed_s, resumed=result.resumed)
-            _pair_with_baseline(record, ev, result, history)
+            _pair_with_baseline(record, ev, result)
             ev.others = _other_models(prof, ev)
             record.evals.append(ev)
             notes.append(f"{result.task} {C.fmt_accuracy(result.summary.accuracy)}"
@@ -483,13 +508,15 @@ def _keep_partial(record: RunRecord, p: PreparedEval, log_path: Path, exc: Roost
                                    summary=summarize(answers)))
 
 
-def _pair_with_baseline(record: RunRecord, ev: EvalRecord, result: EvalResult, history: list[RunRecord]) -> None:
-    """``ev.comparison``: this run's verdicts against the baseline run's, question by question."""
-    found = accuracy_baseline(ev, history, before=record.meta.started_at)
+def _pair_with_baseline(record: RunRecord, ev: EvalRecord, result: EvalResult) -> None:
+    """``ev.comparison``: this run's verdicts against the baseline run's, question by question (the
+    model's stored runs read newest first, until the baseline is found)."""
+    found = next((f for batch in record_batches_newest_first(model=record.meta.repo_id)
+                  if (f := accuracy_baseline(ev, batch, before=record.meta.started_at)) is not None), None)
     if found is None:
         return
     base_rec, base_ev = found
-    rows = load_eval_answers(base_rec.meta.run_id, base_ev.task, model=base_rec.meta.repo_id)
+    rows = load_eval_answers(base_rec.meta.run_id, base_ev.task, model=base_rec.meta.repo_id, host=base_rec.meta.host)
     before = {str(r.question_id): (str(r.category or ""), r.verdict == "correct") for r in rows.itertuples()}
     now = {a.id: (a.category, a.verdict == "correct") for a in result.answers}
     ev.baseline_run_id = base_rec.meta.run_id
@@ -504,7 +531,8 @@ def _other_models(prof: ModelProfile, ev: EvalRecord) -> list[OtherModelScore]:
     """The profile's ``eval_compare_with`` models' newest scores on the same dataset revision."""
     out = []
     for repo_id in prof.eval_compare_with:
-        found = latest_scores(ev.task, ev.dataset.revision, load_records(model=repo_id))
+        found = next((f for batch in record_batches_newest_first(model=repo_id)
+                      if (f := latest_scores(ev.task, ev.dataset.revision, batch)) is not None), None)
         if found is None:
             continue
         out.append(_score_of(*found))
@@ -636,6 +664,10 @@ def report_stage(
         report = report_task(record, regress_config=prof.regress_config() if prof is not None else None,
                              results_url=url)
         record.report_path = str(report.markdown or "")
+        store = current_store()
+        if isinstance(store, KeepLocalCopy) and store.deferred:  # measured, stored on the worker only
+            get_run_logger().error("%s", store.message)
+            mark_failed(record, "report", StoreUnreachable(store.message))
         try:
             report.artifact_keys = publish_artifacts(record, report)
         except Exception as exc:  # the API refused an artifact: the files and the store have the report

@@ -38,12 +38,29 @@ class HostProfile(BaseModel):
         default="", description="Where a browser reaches this host's reports (`roost results serve`), e.g. "
         "http://spark.tailnet:8765/; empty: none. ROOST_RESULTS_URL on the worker overrides it.")
 
+    results_store: str = Field(
+        default="", description="The results store this host's runs write to and compare with: a directory (a "
+        "filesystem the team shares) or s3://BUCKET/PREFIX; empty: the worker's results directory. "
+        "ROOST_RESULTS_STORE on the worker overrides it.")
+    results_store_credentials: str = Field(
+        default="", description="Name of the Roost Store Credentials block for an s3:// store (empty: the "
+        "worker's AWS_* environment). Never put credentials in the URL.")
+
     @field_validator("results_url")
     @classmethod
     def _results_url(cls, value: str) -> str:
         from roost.report.publish import validate_results_url  # roost.report's package imports the charts
 
         return validate_results_url(value, "results_url")
+
+    @field_validator("results_store")
+    @classmethod
+    def _results_store(cls, value: str) -> str:
+        if value.strip():
+            from roost.store.location import parse_store_url  # roost.store's package imports pyarrow
+
+            parse_store_url(value, "results_store")
+        return value.strip()
 
 
 SPARK = HostProfile(

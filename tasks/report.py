@@ -45,8 +45,10 @@ from roost.report.document import build_document
 from roost.report.markdown import png_data_uri, render_markdown
 from roost.report.publish import ENABLE_HINT, ReportUrls, report_urls, results_url
 from roost.report.write import headline_charts
-from roost.store import AlreadyStored, StoredRun, append_run, load_records, report_dir
-from roost.store.layout import store_root
+from roost.settings import results_dir
+from roost.store import AlreadyStored, StoredRun, StoreLike, append_run, load_records, report_dir, resolve
+from roost.store.fallback import KeepLocalCopy, pending_dir, push_pending
+from roost.store.objects import LocalStore, ObjectStore, StoreUnreachable
 
 HISTORY_LIMIT = 60
 """Earlier runs of the same model and host read for the baseline and the history charts."""
@@ -175,9 +177,29 @@ def artifact_sources(files: ReportFiles, urls: ReportUrls | None) -> tuple[dict[
     return sources, note
 
 
+def reports_root(store: ObjectStore) -> Path:
+    """The local directory reports are rendered into: a directory store's own, else the worker's results
+    directory (an object store holds the results; the report files stay on the worker that served them)."""
+    target = store.target if isinstance(store, KeepLocalCopy) else store
+    return target.root if isinstance(target, LocalStore) else results_dir()
+
+
+def push_kept(store: ObjectStore, log: Any) -> None:
+    """Upload what an earlier run kept locally while the store was unreachable (nothing when nothing waits)."""
+    target = store.target if isinstance(store, KeepLocalCopy) else store
+    if not pending_dir(target).is_dir():
+        return
+    try:
+        uploaded, present = push_pending(target)
+        log.info("uploaded %d object(s) an earlier run kept locally for %s (%d were there already)", uploaded,
+                 target.url, present)
+    except StoreUnreachable as exc:
+        log.warning("results kept locally for %s still wait: %s", target.url, exc)
+
+
 def build_report(
     record: RunRecord,
-    results_root: Path | None = None,
+    results_root: StoreLike = None,
     regress_config: RegressConfig | None = None,
     logger: Any = None,
     results_url: str = "",
@@ -185,30 +207,36 @@ def build_report(
 ) -> ReportOutcome:
     """Store, compare and render (no Prefect API needed). Problems are logged and listed, not raised.
 
-    ``results_url`` (validated, ``roost.report.publish.results_url``): where a browser reaches the
-    reports directory; the artifact Markdown and ``outcome.urls`` point there."""
+    ``results_root``: the results store (a directory, an ``ObjectStore``; None: the flow's). The report
+    files go to :func:`reports_root`. ``results_url`` (validated, ``roost.report.publish.results_url``):
+    where a browser reaches the reports directory; the artifact Markdown and ``outcome.urls`` point there."""
     log = logger or logging.getLogger("roost.report")
     outcome = ReportOutcome()
     meta = record.meta
-    out_dir = report_dir(meta, results_root)
+    store = resolve(results_root)
+    local = reports_root(store)
+    out_dir = report_dir(meta, local)
     record = record.model_copy(update={"report_path": str(out_dir / "report.md")})
+    push_kept(store, log)
 
     history: list[RunRecord] = []
     try:
-        history = load_records(results_root, model=meta.repo_id, host=meta.host, limit=HISTORY_LIMIT)
+        history = load_records(store, model=meta.repo_id, host=meta.host, limit=HISTORY_LIMIT)
     except Exception as exc:  # an unreadable store must not stop this run being stored
         log.error("could not read earlier runs: %s", exc)
         outcome.errors.append(f"history: {exc}")
     history = [r for r in history if r.meta.run_id != meta.run_id]
 
     try:
-        outcome.stored = append_run(record, results_root)
+        outcome.stored = append_run(record, store)
         log.info("run %s stored in %s", meta.run_id, outcome.stored.run_path)
     except AlreadyStored as exc:
         log.warning("%s; not stored again", exc)
     except Exception as exc:
         log.error("could not store run %s: %s", meta.run_id, exc)
         outcome.errors.append(f"store: {exc}")
+    if isinstance(store, KeepLocalCopy) and store.message:
+        outcome.errors.append(f"store: {store.message}")
 
     try:
         outcome.comparison = compare(record, history, regress_config)
@@ -225,7 +253,7 @@ def build_report(
         log.info("report written: %s", outcome.files.markdown)
         files = outcome.files
         outcome.urls = report_urls(files.html, files.markdown, files.charts, files.key_chart,
-                                   store_root(results_root) / "reports", results_url)
+                                   local / "reports", results_url)
         if results_url and outcome.urls is None:
             log.warning("the report %s is not under the served reports directory; no URLs for it", files.directory)
         doc = build_document(record, history, outcome.comparison, files.charts, ui_url=ui_url)

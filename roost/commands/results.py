@@ -1,8 +1,13 @@
 """``roost results``: list the runs in the results store, newest last, filtered by model and host;
-``roost results serve``: serve the reports over HTTP for the Prefect UI (``roost.report.serve``).
+``roost results serve``: serve the reports over HTTP for the Prefect UI (``roost.report.serve``);
+``roost results compact``: write a new runs catalog now (``roost.store.catalog``; runs compact it anyway);
+``roost results push``: upload the results a run kept on this worker while the store was unreachable.
 
-Exit 0 (also for an empty store), 2 for a filter naming a model or host the store has never seen
-(the message lists the ones it has), for a ``serve`` root that is not a directory or a port in use.
+The store: ``--store URL`` (a directory or ``s3://BUCKET/PREFIX``; ``--credentials BLOCK`` names a Roost
+Store Credentials block), else ``--dir``, else ``ROOST_RESULTS_STORE`` (+ ``ROOST_RESULTS_STORE_CREDENTIALS``),
+else ``$ROOST_RESULTS_DIR`` (default ``./results``). Exit 0 (also for an empty store), 1 when the store
+does not answer, 2 for a filter naming a model or host the store has never seen (the message lists the
+ones it has), for a bad store URL, for a ``serve`` root that is not a directory or a port in use.
 """
 
 from __future__ import annotations
@@ -109,21 +114,22 @@ def results(
         Path | None,
         typer.Option("--dir", help="Results directory (default: $ROOST_RESULTS_DIR, else ./results)."),
     ] = None,
+    store_url: Annotated[str | None, STORE_OPTION] = None,
+    credentials: Annotated[str | None, CREDENTIALS_OPTION] = None,
 ) -> None:
     """List stored runs with their headline numbers, oldest first."""
     if ctx.invoked_subcommand is not None:  # `roost results serve`: the group's own listing does not run
+        ctx.obj = {"dir": results_dir, "store": store_url, "credentials": credentials}
         return
     from roost.store import load_runs  # pyarrow and pandas: only when the command runs (CLI start time)
 
-    root = results_dir if results_dir is not None else default_results_dir()
-    if root.exists() and not root.is_dir():
-        raise UserError(f"--dir {root}: not a directory; point it at a roost results directory")
-    df = load_runs(root)
+    store = open_for_cli(results_dir, store_url, credentials)
+    df = load_runs(store)
     if df.empty:
         if as_json:
             echo_json([])
         else:
-            typer.echo(f"no runs recorded yet in {root}")
+            typer.echo(f"no runs recorded yet in {store.url}")
         return
     df = select_runs(df, model, host, last)
     df = df.assign(note=[
@@ -136,7 +142,64 @@ def results(
         echo_json(clean)
     else:
         typer.echo(render_table(rows))
-        typer.echo(f"\n{len(rows)} run(s) in {root}")
+        typer.echo(f"\n{len(rows)} run(s) in {store.url}")
+
+
+STORE_OPTION = typer.Option("--store", help="The results store: a directory or s3://BUCKET/PREFIX (default: "
+                            "$ROOST_RESULTS_STORE, else --dir).")
+CREDENTIALS_OPTION = typer.Option("--credentials", help="Roost Store Credentials block for an s3:// store (default: "
+                                  "$ROOST_RESULTS_STORE_CREDENTIALS, else the AWS_* environment).")
+
+
+def open_for_cli(results_dir: Path | None, store_url: str | None, credentials: str | None) -> Any:
+    """The store a results command reads: --store (+ --credentials), --dir, the environment, ./results."""
+    import os
+
+    from roost.store.location import CREDENTIALS_ENV, STORE_ENV, open_store
+
+    if store_url is not None and results_dir is not None:
+        raise UserError("--store and --dir name the same thing: give one")
+    if credentials is not None and store_url is None and not os.environ.get(STORE_ENV):
+        raise UserError("--credentials goes with an s3:// --store (or ROOST_RESULTS_STORE)")
+    if results_dir is not None:
+        if results_dir.exists() and not results_dir.is_dir():
+            raise UserError(f"--dir {results_dir}: not a directory; point it at a roost results directory")
+        return open_store(results_dir.expanduser().resolve())
+    url, field = (store_url, "--store") if store_url is not None else (os.environ.get(STORE_ENV, ""), STORE_ENV)
+    block = credentials if credentials is not None else os.environ.get(CREDENTIALS_ENV, "")
+    if not url.strip():
+        return open_store(default_results_dir())
+    if block.strip():
+        from blocks.store import open_results_store  # Prefect's client: only for a named credentials block
+
+        return open_results_store(url, block.strip(), field)
+    from roost.store.location import StoreCredentials
+
+    return open_store(url, StoreCredentials.from_env(), field)
+
+
+def compact(ctx: typer.Context) -> None:
+    """Write a new runs catalog now, so that listings and baseline lookups read one object instead of many."""
+    from roost.store import compact as compact_store
+
+    opts = ctx.obj or {}
+    store = open_for_cli(opts.get("dir"), opts.get("store"), opts.get("credentials"))
+    key = compact_store(store)
+    typer.echo(f"compacted the runs of {store.url} into {store.display(key)}" if key
+               else f"{store.url}: the newest catalog already holds every run")
+
+
+def push(ctx: typer.Context) -> None:
+    """Upload the results runs on this worker kept locally while the store was unreachable."""
+    from roost.store.fallback import pending_dir, push_pending
+
+    opts = ctx.obj or {}
+    store = open_for_cli(opts.get("dir"), opts.get("store"), opts.get("credentials"))
+    if not pending_dir(store).is_dir():
+        typer.echo(f"nothing waits for {store.url} on this worker")
+        return
+    uploaded, present = push_pending(store)
+    typer.echo(f"uploaded {uploaded} object(s) to {store.url} ({present} were there already)")
 
 
 def serve(
@@ -176,4 +239,9 @@ def register(app: typer.Typer) -> None:
     group.command("serve", help="Serve the run reports read-only over HTTP (the URL to set as ROOST_RESULTS_URL).")(
         user_errors(serve)
     )
+    group.command("compact", help="Write a new runs catalog of the store now (runs do it as the store grows).")(
+        user_errors(compact)
+    )
+    group.command("push", help="Upload the results kept on this worker while the store was unreachable "
+                               "(`roost results --store URL push`; the next run does it too).")(user_errors(push))
     app.add_typer(group, name="results")

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from roost.sweep.compare import SweepComparison
+
 BLUE = "#2D6FB7"
 ORANGE = "#E07B24"
 RED = "#C0392B"
@@ -395,4 +397,30 @@ def accuracy(record: RunRecord, index: int, path: Path) -> Path | None:
     ax.set_title(f"{title} accuracy — {record.meta.profile} on {record.meta.host} ({e.summary.n:,} questions)")
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
+    return _save(fig, path)
+
+
+def sweep_throughput(comparison: SweepComparison, path: Path) -> Path | None:
+    """A sweep's variants side by side: aggregate output tok/s at each concurrency, one line per
+    measured variant (the best one drawn heavier); None when no variant has a concurrency point."""
+    rows = [r for r in comparison.rows if r.output_tok_s]
+    if not rows:
+        return None
+    fig = _figure(8.0, 4.8)
+    ax = fig.add_subplot()
+    palette = [BLUE, ORANGE, GREEN, RED, GREY, "#7E57C2", "#00897B", "#6D4C41"]
+    best = comparison.best.variant if comparison.best is not None else None
+    for i, r in enumerate(rows):
+        xs = sorted(r.output_tok_s)
+        ys = [r.output_tok_s[x] for x in xs]
+        heavy = r.variant == best
+        ax.plot(xs, ys, marker="o", color=palette[i % len(palette)], linewidth=2.6 if heavy else 1.4,
+                label=f"{r.variant}{' (best)' if heavy and comparison.best and comparison.best.clear else ''}"
+                      f"{' [earlier run]' if r.measured_earlier else ''} on {r.host}")
+    ax.set_xticks(comparison.concurrencies)
+    ax.set_xlabel("concurrent requests")
+    ax.set_ylabel(C.OUTPUT_THROUGHPUT.label)
+    ax.set_title("Sweep: aggregate output throughput per variant")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
     return _save(fig, path)

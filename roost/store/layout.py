@@ -1,4 +1,11 @@
-"""Where each table's files live: ``<root>/<table>/model=<slug>/host=<slug>/<run_id>...``."""
+"""Where each object lives, as a key relative to the store's root::
+
+    <table>/model=<slug>/host=<slug>/<run_id>...parquet     one object per run (and per task / attempt)
+    records/model=<slug>/host=<slug>/<run_id>.json          the full RunRecord
+    runs/_catalog/<newest run id>-<digest>.parquet          the runs table compacted (roost.store.catalog)
+
+Reports are files on the worker that rendered them: ``<results dir>/reports/model=<slug>/host=<slug>/<run_id>/``.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,8 @@ from roost.settings import results_dir
 
 TABLES = ("runs", "points", "requests", "notifications", "evals", "eval_answers")
 
+CATALOG_PREFIX = "runs/_catalog/"
+
 
 def slug(text: str) -> str:
     """A directory-safe form of a repo id or host name: ``org/name`` -> ``org--name``."""
@@ -21,28 +30,26 @@ def slug(text: str) -> str:
     return out
 
 
+def partition_key(table: str, repo_id: str, host: str) -> str:
+    """``<table>/model=<slug>/host=<slug>/`` (slugs of a repo id or slug, and of a host)."""
+    return f"{table}/model={slug(repo_id)}/host={slug(host)}/"
+
+
+def record_key(repo_id: str, host: str, run_id: str) -> str:
+    return f"{partition_key('records', repo_id, host)}{run_id}.json"
+
+
 def store_root(root: Path | None) -> Path:
-    """``root``, else the configured results directory (``roost.settings.results_dir``)."""
+    """``root``, else the configured local results directory (``roost.settings.results_dir``)."""
     return Path(root) if root is not None else results_dir()
 
 
-def partition(root: Path | None, table: str, repo_id: str, host: str) -> Path:
-    """``<root>/<table>/model=<slug>/host=<slug>``."""
-    return store_root(root) / table / f"model={slug(repo_id)}" / f"host={slug(host)}"
-
-
 def report_dir(meta: RunMeta, root: Path | None = None) -> Path:
-    """Where the report of a run is written."""
-    return partition(root, "reports", meta.repo_id, meta.host) / meta.run_id
-
-
-def record_path(meta: RunMeta, root: Path | None = None) -> Path:
-    return partition(root, "records", meta.repo_id, meta.host) / f"{meta.run_id}.json"
+    """Where the report of a run is written (always a local directory: the worker's)."""
+    return store_root(root) / partition_key("reports", meta.repo_id, meta.host) / meta.run_id
 
 
 def comparable_key_id(meta: RunMeta) -> str:
     """A short stable id of ``meta.comparable_key()`` (runs with the same id are compared)."""
     blob = json.dumps(list(meta.comparable_key())).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
-
-

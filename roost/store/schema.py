@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -178,8 +177,6 @@ SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "points": POINTS_SCHEMA, "
                                   "notifications": NOTIFICATIONS_SCHEMA, "evals": EVALS_SCHEMA,
                                   "eval_answers": EVAL_ANSWERS_SCHEMA}
 
-PARTITION_SCHEMA = pa.schema([("model", pa.string()), ("host", pa.string())])
-"""The hive partition keys of every table (``model=<slug>/host=<slug>/``)."""
 
 
 
@@ -208,7 +205,7 @@ def _meta_row(record: RunRecord) -> dict[str, Any]:
     }
 
 
-def run_row(record: RunRecord, record_file: Path) -> dict[str, Any]:
+def run_row(record: RunRecord, record_file: str) -> dict[str, Any]:
     """The ``runs`` row of a record."""
     h = headline(record)
     s = record.serve
@@ -240,7 +237,7 @@ def run_row(record: RunRecord, record_file: Path) -> dict[str, Any]:
         "error_requests": h.error_requests,
         "stages_s": sum(t.seconds for t in record.stages),
         "stages": json.dumps([t.model_dump(mode="json") for t in record.stages]),
-        "record_path": str(record_file),
+        "record_path": record_file,
         "report_path": record.report_path,
         "stored_at": utcnow(),
     }

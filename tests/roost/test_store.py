@@ -47,13 +47,13 @@ def make_run(run_id: str, day: int, repo_id: str = "deepreinforce/Ornith-1.0-9B"
 
 def test_layout_is_hive_partitioned_by_model_and_host(tmp_path: Path) -> None:
     stored = store.append_run(make_run("r1", 1), tmp_path)
-    assert stored.run_path == tmp_path / "runs/model=deepreinforce--Ornith-1.0-9B/host=spark/r1.parquet"
-    assert stored.points_path == tmp_path / "points/model=deepreinforce--Ornith-1.0-9B/host=spark/r1.parquet"
-    assert stored.record_path == tmp_path / "records/model=deepreinforce--Ornith-1.0-9B/host=spark/r1.json"
-    assert RunRecord.model_validate_json(stored.record_path.read_text()).meta.run_id == "r1"
+    assert stored.run_path == str(tmp_path / "runs/model=deepreinforce--Ornith-1.0-9B/host=spark/r1.parquet")
+    assert stored.points_path == str(tmp_path / "points/model=deepreinforce--Ornith-1.0-9B/host=spark/r1.parquet")
+    assert stored.record_path == str(tmp_path / "records/model=deepreinforce--Ornith-1.0-9B/host=spark/r1.json")
+    assert RunRecord.model_validate_json(Path(stored.record_path).read_text()).meta.run_id == "r1"
     umask = os.umask(0o022)
     os.umask(umask)
-    assert stored.run_path.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
+    assert Path(stored.run_path).stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
 
 
 def test_one_pandas_call_reads_every_run_and_point(tmp_path: Path) -> None:
@@ -127,8 +127,8 @@ def test_append_only_a_stored_run_is_never_rewritten(tmp_path: Path) -> None:
     assert after == before
     assert store.load_runs(tmp_path)["decode_tok_s"].tolist() == [pytest.approx(12.61)]
     with pytest.raises(store.AlreadyStored):
-        store.atomic_write_bytes(stored.run_path, b"overwrite attempt")
-    assert stored.run_path.read_bytes() == before[stored.run_path]
+        store.atomic_write_bytes(Path(stored.run_path), b"overwrite attempt")
+    assert Path(stored.run_path).read_bytes() == before[Path(stored.run_path)]
 
 
 def test_each_run_adds_new_files_and_leaves_earlier_ones_untouched(tmp_path: Path) -> None:
@@ -175,12 +175,13 @@ CRASH_SCRIPT = textwrap.dedent(
     elif where == "before-rename":  # the temporary file is complete and fsynced, the link never happens
         os.link = lambda src, dst: os._exit(9)
     elif where == "before-commit":  # record and points are written, the runs row is not
-        real = store.atomic_write_bytes
+        from roost.store import objects
+        real = objects.atomic_write_bytes
         def die_on_runs(path, data, **kw):
             if "/runs/" in str(path):
                 os._exit(9)
             return real(path, data, **kw)
-        store.atomic_write_bytes = die_on_runs
+        objects.atomic_write_bytes = die_on_runs
     store.append_run(make_run("r2", 2), root)
     """
 )
@@ -234,7 +235,7 @@ def test_requests_are_one_table_read_like_the_others(tmp_path: Path) -> None:
              "prompt_tokens": 511, "completion_tokens": 256, "ttft_s": 0.14, "decode_tok_s": 12.6, "unknown": 1}
             for i in range(3)]
     path = store.append_requests(meta, rows, tmp_path)
-    assert path is not None and path.parent == tmp_path / "requests" / f"model={store.slug(meta.repo_id)}" / "host=spark"
+    assert path is not None and Path(path).parent == tmp_path / "requests" / f"model={store.slug(meta.repo_id)}" / "host=spark"
     assert store.append_requests(meta, [], tmp_path) is None
     df = store.load_table("requests", tmp_path, model=meta.repo_id)
     assert list(df["request_id"]) == ["q0", "q1", "q2"] and set(df["run_id"]) == {"r1"}

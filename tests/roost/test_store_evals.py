@@ -18,7 +18,7 @@ from roost.eval.log import Answer
 from roost.eval.scoring import paired, summarize
 from roost.eval.tasks import Sampling
 from roost.records import EvalRecord, RunRecord
-from roost.store.layout import partition
+from roost.store.layout import partition_key
 from roost.store.schema import EVALS_SCHEMA, eval_rows, parquet_bytes
 
 REPO = "deepreinforce/Ornith-1.0-9B"
@@ -57,7 +57,7 @@ def test_append_run_writes_one_evals_row_per_evaluation(tmp_path: Path) -> None:
     store.append_run(run("r2", 2, second, gsm), tmp_path)
     store.append_run(run("r3", 3), tmp_path)  # no evaluation: no evals file
 
-    folder = partition(tmp_path, "evals", REPO, "spark")
+    folder = (tmp_path / partition_key("evals", REPO, "spark"))
     assert sorted(p.name for p in folder.iterdir()) == ["r1.parquet", "r2.parquet"]
     raw = pd.read_parquet(tmp_path / "evals")  # one pandas call reads the table
     assert len(raw) == 3
@@ -85,7 +85,7 @@ def test_load_evals_returns_only_committed_runs(tmp_path: Path) -> None:
     store.append_run(run("r1", 1, evaluation(answers(set()))), tmp_path)
     crashed = run("r2", 2, evaluation(answers({3})))
     # a run that died after its evals file and before its runs row (the commit)
-    path = partition(tmp_path, "evals", REPO, "spark") / "r2.parquet"
+    path = (tmp_path / partition_key("evals", REPO, "spark")) / "r2.parquet"
     store.atomic_write_bytes(path, parquet_bytes(eval_rows(crashed), EVALS_SCHEMA))
     assert set(pd.read_parquet(tmp_path / "evals")["run_id"]) == {"r1", "r2"}
     assert list(store.load_evals(tmp_path)["run_id"]) == ["r1"]
@@ -98,7 +98,7 @@ def test_eval_answers_round_trip(tmp_path: Path) -> None:
     rec = run("r1", 1)
     got = answers({1, 4})
     path = store.append_eval_answers(rec.meta, "mmlu-pro", "5eed5eed5eed5eed", [a.model_dump() for a in got], tmp_path)
-    assert path == partition(tmp_path, "eval_answers", REPO, "spark") / "r1-mmlu-pro.parquet"
+    assert path == str(tmp_path / partition_key("eval_answers", REPO, "spark") / "r1-mmlu-pro.parquet")
     store.append_eval_answers(rec.meta, "gsm8k", "9999", [{"id": "g1", "verdict": "correct", "reference": "18"}],
                               tmp_path)
     other = run("r2", 2)
@@ -122,13 +122,14 @@ def test_eval_answers_round_trip(tmp_path: Path) -> None:
 def test_the_same_answers_written_twice_keep_one_file(tmp_path: Path) -> None:
     meta = run("r1", 1).meta
     rows = [a.model_dump() for a in answers({2})]
-    first = store.append_eval_answers(meta, "mmlu-pro", "5eed", rows, tmp_path)
-    assert first is not None
+    stored = store.append_eval_answers(meta, "mmlu-pro", "5eed", rows, tmp_path)
+    assert stored is not None
+    first = Path(stored)
     data = first.read_bytes()
     again = store.append_eval_answers(meta, "mmlu-pro", "5eed", rows, tmp_path)  # a retried stage
-    assert again == first
+    assert again == stored
     other = store.append_eval_answers(meta, "mmlu-pro", "5eed", [a.model_dump() for a in answers(set())], tmp_path)
-    assert other == first and first.read_bytes() == data  # append-only: a stored file is never rewritten
+    assert other == stored and first.read_bytes() == data  # append-only: a stored file is never rewritten
     assert [p.name for p in first.parent.iterdir()] == ["r1-mmlu-pro.parquet"]  # no temporary left beside it
     df = store.load_eval_answers("r1", "mmlu-pro", tmp_path)
     assert len(df) == 10 and list(df["verdict"]).count("wrong") == 1

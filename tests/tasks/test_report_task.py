@@ -29,7 +29,7 @@ def test_build_report_stores_compares_and_renders(tmp_path: Path) -> None:
     current = spark_run(day=9, scale=0.85)
     outcome = build_report(current, tmp_path)
     assert outcome.errors == []
-    assert outcome.stored is not None and outcome.stored.run_path.is_file()
+    assert outcome.stored is not None and Path(outcome.stored.run_path).is_file()
     assert outcome.comparison is not None and outcome.comparison.status == "regressed"
     assert outcome.comparison.baseline_run_ids == [r.meta.run_id for r in earlier_runs(4)]
     assert outcome.files is not None and outcome.files.markdown.is_file() and outcome.files.key_chart is not None

@@ -1,0 +1,444 @@
+"""The ``runs`` table read without a full scan: a compacted catalog plus each partition's newest objects.
+
+Every run commits one object, ``runs/model=M/host=H/<run_id>.parquet`` (run ids begin with their UTC
+start time, so a partition's keys are in start order). Reading 100,000 of them one by one would take
+minutes on an object store; instead, from time to time, :func:`compact` writes every row known so far
+into one new object::
+
+    runs/_catalog/<newest run id>-<digest>.parquet
+
+sorted by partition (model, host) and start, in row groups of :data:`ROW_GROUP_ROWS` whose statistics let a
+reader fetch only the groups of the partition it wants (a ranged GET per group on an object store). Its
+Parquet metadata carries a *watermark*: the newest run id it holds minus :data:`LATE_COMMIT_WINDOW`.
+A reader takes the newest catalog and, per partition it reads, lists only the keys after the
+watermark (``start_after``), keeping the rows the catalog does not have. A run that started before the
+watermark and commits after the catalog was written (a landing of more than a week) would be missed,
+so the writer of such a run compacts right after committing it (``roost.store.append_run``).
+
+Nothing is rewritten: a compaction writes a new object under a new name (``If-None-Match`` on S3, a
+link on a directory), the per-run objects stay where they are (pandas and older roost releases read
+them), and two compactions at once both write complete catalogs (a reader takes the newest name;
+whatever either missed is after its watermark, so the reader finds it in the partition listing).
+
+Objects that are not readable Parquet (truncated by a tool that does not write atomically, or a
+stray file) are skipped with a warning and counted in :class:`ReadStats`; they never fail a read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import io
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from roost.store.atomic import AlreadyStored
+from roost.store.layout import CATALOG_PREFIX
+from roost.store.objects import MissingObject, ObjectInfo, ObjectStore
+
+log = logging.getLogger("roost.store")
+
+ROW_GROUP_ROWS = 1024
+"""Rows per catalog row group: a partition's read fetches about this many rows more than it needs."""
+
+LATE_COMMIT_WINDOW = dt.timedelta(days=7)
+"""How long before its commit a run may have started and still be found after the catalog's watermark."""
+
+COMPACT_AFTER = 64
+"""A partition with this many runs after the catalog's watermark gets a new catalog on the next commit."""
+
+FETCH_THREADS = 16
+"""Objects fetched at once (an object store's latency is hidden by asking in parallel)."""
+
+FOOTER_READ = 64 * 1024
+"""Parquet's C++ reader reads this much of a file's end to find its footer."""
+
+_WATERMARK = b"roost.catalog.watermark"
+_RUNS = b"roost.catalog.runs"
+
+
+@dataclass
+class ReadStats:
+    """What a read touched: for the scale benchmark and the warnings of a read that skipped objects."""
+
+    requests: int = 0
+    objects: int = 0
+    bytes: int = 0
+    skipped: list[str] = field(default_factory=list)
+    catalog: str = ""
+
+    def add(self, other: ReadStats) -> None:
+        self.requests += other.requests
+        self.objects += other.objects
+        self.bytes += other.bytes
+        self.skipped += other.skipped
+
+
+def fetch_all(store: ObjectStore, keys: Sequence[str], stats: ReadStats | None = None) -> dict[str, bytes]:
+    """``{key: bytes}`` of every key that still exists, fetched in parallel."""
+    if not keys:
+        return {}
+
+    def one(key: str) -> tuple[str, bytes | None]:
+        try:
+            return key, store.get(key)
+        except MissingObject:
+            return key, None
+
+    if len(keys) == 1:
+        got = [one(keys[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=min(FETCH_THREADS, len(keys))) as pool:
+            got = list(pool.map(one, keys))
+    out = {k: v for k, v in got if v is not None}
+    if stats is not None:
+        stats.requests += len(keys)
+        stats.objects += len(out)
+        stats.bytes += sum(len(v) for v in out.values())
+    return out
+
+
+def parse_tables(blobs: dict[str, bytes], store: ObjectStore, stats: ReadStats | None = None,
+                 columns: Callable[[str], dict[str, str]] | None = None) -> list[pa.Table]:
+    """Each object as an Arrow table (plus constant ``columns(key)``); unreadable ones skipped and warned."""
+    import pyarrow.parquet as pq
+
+    tables = []
+    for key, data in blobs.items():
+        try:
+            table = pq.read_table(pa.BufferReader(data))
+        except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+            log.warning("results store: skipped %s: not a readable Parquet object (%s); a half-written or stray "
+                        "file, left in place", store.display(key), " ".join(str(exc).split())[:120])
+            if stats is not None:
+                stats.skipped.append(key)
+            continue
+        for name, value in (columns(key) if columns else {}).items():
+            table = table.drop_columns([name]) if name in table.column_names else table
+            table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
+        tables.append(table)
+    return tables
+
+
+# --- partitions ------------------------------------------------------------------------------------
+
+
+def partitions(store: ObjectStore, table: str, model: str | None = None, host: str | None = None,
+               stats: ReadStats | None = None) -> list[tuple[str, str]]:
+    """The ``(model slug, host slug)`` partitions of ``table``, narrowed to ``model``/``host`` slugs."""
+    if model is not None and host is not None:
+        return [(model, host)]
+    models: list[str] = []
+    if model is not None:
+        models = [model]
+    else:
+        models = [d.removeprefix("model=") for d in store.list_dirs(f"{table}/") if d.startswith("model=")]
+        if stats is not None:
+            stats.requests += 1
+    out: list[tuple[str, str]] = []
+    for m in models:
+        hosts = [d.removeprefix("host=") for d in store.list_dirs(f"{table}/model={m}/") if d.startswith("host=")]
+        if stats is not None:
+            stats.requests += 1
+        out += [(m, h) for h in hosts if host is None or h == host]
+    return out
+
+
+def _prefix(table: str, model: str, host: str) -> str:
+    return f"{table}/model={model}/host={host}/"
+
+
+def _slug_columns(key: str) -> dict[str, str]:
+    """The partition of an object as the ``model`` and ``host`` columns (hive partitioning's)."""
+    parts = dict(p.split("=", 1) for p in key.split("/")[1:3] if "=" in p)
+    return {"model": parts.get("model", ""), "host": parts.get("host", "")}
+
+
+def list_partition(store: ObjectStore, table: str, model: str, host: str, start_after: str | None = None,
+                   stats: ReadStats | None = None) -> list[ObjectInfo]:
+    prefix = _prefix(table, model, host)
+    found = store.list_objects(prefix, start_after=f"{prefix}{start_after}" if start_after else None)
+    if stats is not None:
+        stats.requests += 1
+    return [o for o in found if o.key.endswith(".parquet")]
+
+
+# --- the catalog -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Catalog:
+    """The newest catalog of a store, as found by :func:`newest_catalog`."""
+
+    key: str
+    size: int
+
+    @property
+    def newest_run(self) -> str:
+        """The run id its name starts with (the newest run it holds, as a key-safe string)."""
+        name = self.key.rpartition("/")[2]
+        return name.rsplit("-", 2)[0]
+
+
+def newest_catalog(store: ObjectStore, stats: ReadStats | None = None) -> Catalog | None:
+    found = [o for o in store.list_objects(CATALOG_PREFIX) if o.key.endswith(".parquet")]
+    if stats is not None:
+        stats.requests += 1
+    if not found:
+        return None
+    newest = max(found, key=lambda o: o.key)
+    return Catalog(newest.key, newest.size)
+
+
+class _RangeFile(io.RawIOBase):
+    """A catalog object as a seekable file over ranged GETs, fetched in aligned blocks and kept: the
+    footer is one request, a row group one or two."""
+
+    BLOCK = 1 << 20
+
+    def __init__(self, store: ObjectStore, key: str, size: int, stats: ReadStats | None) -> None:
+        self._store, self._key, self._size, self._stats = store, key, size, stats
+        self._pos = 0
+        self._blocks: dict[int, bytes] = {}
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def _fetch(self, first: int, last: int) -> None:
+        missing = [b for b in range(first, last + 1) if b not in self._blocks]
+        if not missing:
+            return
+        start, end = missing[0] * self.BLOCK, min(self._size, (missing[-1] + 1) * self.BLOCK)
+        data = self._store.get_range(self._key, start, end)
+        if self._stats is not None:
+            self._stats.requests += 1
+            self._stats.bytes += len(data)
+        for b in range(missing[0], missing[-1] + 1):
+            self._blocks[b] = data[(b - missing[0]) * self.BLOCK:(b - missing[0] + 1) * self.BLOCK]
+
+    def read(self, size: int = -1) -> bytes:
+        end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
+        if end <= self._pos:
+            return b""
+        first, last = self._pos // self.BLOCK, (end - 1) // self.BLOCK
+        self._fetch(first, last)
+        buf = b"".join(self._blocks[b] for b in range(first, last + 1))
+        out = buf[self._pos - first * self.BLOCK:end - first * self.BLOCK]
+        self._pos = end
+        return out
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+
+def _open_catalog(store: ObjectStore, cat: Catalog, stats: ReadStats | None) -> Any:
+    import pyarrow.parquet as pq
+
+    path = store.local_path(cat.key)
+    if path is not None:
+        if stats is not None:
+            stats.requests += 1
+            stats.bytes += cat.size
+        return pq.ParquetFile(path)
+    reader = _RangeFile(store, cat.key, cat.size, stats)
+    reader.seek(max(0, cat.size - FOOTER_READ))
+    reader.read()  # what Parquet's reader asks for first (the footer's end), in one request
+    return pq.ParquetFile(reader)
+
+
+PARTITION_COLUMN = "_partition"
+"""``"<model slug> <host slug>"``: the catalog's sort key, whose row-group statistics bound each group's
+partitions exactly (a space sorts before every character a slug has, so the order is model's, then host's)."""
+
+
+def _partition_of(model: str, host: str) -> str:
+    return f"{model} {host}"
+
+
+def _groups_for(meta: Any, model: str | None, host: str | None) -> list[int]:
+    """Row groups whose partition statistics admit the partition (a model's partitions: all its hosts)."""
+    if model is None:
+        return list(range(meta.num_row_groups))
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    if PARTITION_COLUMN not in names:
+        return list(range(meta.num_row_groups))
+    pi = names.index(PARTITION_COLUMN)
+    low = _partition_of(model, host) if host is not None else f"{model} "
+    high = _partition_of(model, host) if host is not None else f"{model}!"  # "!" follows " ": every host of the model
+    out = []
+    for g in range(meta.num_row_groups):
+        st = meta.row_group(g).column(pi).statistics
+        if st is None or not st.has_min_max or (st.min <= high and st.max >= low):
+            out.append(g)
+    return out
+
+
+def read_catalog(store: ObjectStore, cat: Catalog, model: str | None = None, host: str | None = None,
+                 stats: ReadStats | None = None) -> tuple[pa.Table, str]:
+    """The catalog's rows of the partition (every row when unfiltered) and its watermark."""
+    import pyarrow.compute as pc
+
+    pf = _open_catalog(store, cat, stats)
+    watermark = (pf.metadata.metadata or {}).get(_WATERMARK, b"").decode()
+    groups = _groups_for(pf.metadata, model, host)
+    table = pf.read_row_groups(groups) if groups else pf.schema_arrow.empty_table()
+    if model is not None:
+        table = table.filter(pc.equal(table["model"], model))
+    if host is not None:
+        table = table.filter(pc.equal(table["host"], host))
+    return table, watermark
+
+
+def watermark_for(newest_run_id: str) -> str:
+    """The run-id prefix the catalog is complete up to: its newest run's start minus the late-commit window."""
+    try:
+        started = dt.datetime.strptime(newest_run_id[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return ""  # not roost's run-id form (a test's "r1"): no watermark, every object is read
+    return (started - LATE_COMMIT_WINDOW).strftime("%Y%m%dT%H%M%SZ")
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns: missing ones null (an older object), extra ones dropped."""
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table[f.name]
+            cols.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def read_runs(store: ObjectStore, schema: pa.Schema, model: str | None = None, host: str | None = None,
+              stats: ReadStats | None = None) -> pa.Table:
+    """Every committed run of the partitions asked for (slugs), as one table with ``schema`` (the runs
+    schema plus ``model`` and ``host``): the newest catalog's rows and what came after its watermark."""
+    stats = stats if stats is not None else ReadStats()
+    cat = newest_catalog(store, stats)
+    tables: list[pa.Table] = []
+    known: set[str] = set()
+    watermark = ""
+    if cat is not None:
+        stats.catalog = cat.key
+        rows, watermark = read_catalog(store, cat, model, host, stats)
+        tables.append(conform(rows, schema))
+        known = set(rows["run_id"].to_pylist())
+    fresh: list[str] = []
+    for m, h in partitions(store, "runs", model, host, stats):
+        for o in list_partition(store, "runs", m, h, watermark or None, stats):
+            if o.key.rpartition("/")[2].removesuffix(".parquet") not in known:
+                fresh.append(o.key)
+    blobs = fetch_all(store, fresh, stats)
+    tables += [conform(t, schema) for t in parse_tables(blobs, store, stats, _slug_columns)]
+    if not tables:
+        return schema.empty_table()
+    table = pa.concat_tables(tables)
+    if cat is not None and len(fresh):  # a run both in the catalog and listed (before it was known): once
+        table = _dedupe(table)
+    return table
+
+
+def _dedupe(table: pa.Table) -> pa.Table:
+    seen: set[str] = set()
+    keep = []
+    for run_id in table["run_id"].to_pylist():
+        keep.append(run_id not in seen)
+        seen.add(run_id)
+    return table.filter(pa.array(keep))
+
+
+def fresh_count(store: ObjectStore, model: str, host: str) -> tuple[int, str]:
+    """How many of the partition's runs are newer than the newest run of the newest catalog, and that
+    catalog's watermark ("" when there is no catalog: every run is new)."""
+    cat = newest_catalog(store)
+    if cat is None:
+        return len(list_partition(store, "runs", model, host)), ""
+    return len(list_partition(store, "runs", model, host, cat.newest_run)), read_watermark(store, cat)
+
+
+def read_watermark(store: ObjectStore, cat: Catalog) -> str:
+    pf = _open_catalog(store, cat, None)
+    return str((pf.metadata.metadata or {}).get(_WATERMARK, b"").decode())
+
+
+def compact(store: ObjectStore, schema: pa.Schema, full: Iterable[tuple[str, str]] = ()) -> str | None:
+    """Write a new catalog holding every committed run; its key, or None when nothing is new.
+
+    Each partition is listed after the previous catalog's watermark only (``full``: these partitions
+    from their first key, for a run that committed behind the watermark)."""
+    stats = ReadStats()
+    cat = newest_catalog(store, stats)
+    tables: list[pa.Table] = []
+    known: set[str] = set()
+    watermark = ""
+    if cat is not None:
+        rows, watermark = read_catalog(store, cat, stats=stats)
+        tables.append(conform(rows, schema))
+        known = set(rows["run_id"].to_pylist())
+    full_set = set(full)
+    fresh: list[str] = []
+    for m, h in partitions(store, "runs", stats=stats):
+        after = None if (m, h) in full_set else (watermark or None)
+        fresh += [o.key for o in list_partition(store, "runs", m, h, after, stats)
+                  if o.key.rpartition("/")[2].removesuffix(".parquet") not in known]
+    new = [conform(t, schema) for t in parse_tables(fetch_all(store, fresh, stats), store, stats, _slug_columns)]
+    if not new:
+        return None
+    return write_catalog(store, pa.concat_tables([*tables, *new]))
+
+
+def write_catalog(store: ObjectStore, table: pa.Table) -> str:
+    """Write ``table`` (runs rows with ``model`` and ``host``) as a new catalog; its key. Rows are kept once
+    per run id, sorted by model, host and start; the name sorts after every earlier catalog's."""
+    import pyarrow.parquet as pq
+
+    import pyarrow.compute as pc
+
+    table = _dedupe(table)
+    if PARTITION_COLUMN in table.column_names:
+        table = table.drop_columns([PARTITION_COLUMN])
+    table = table.append_column(PARTITION_COLUMN, pc.binary_join_element_wise(table["model"], table["host"], " "))
+    table = table.sort_by([(PARTITION_COLUMN, "ascending"), ("started_at", "ascending"), ("run_id", "ascending")])
+    run_ids = sorted(table["run_id"].to_pylist())
+    newest = run_ids[-1]
+    meta = dict(table.schema.metadata or {})
+    meta[_WATERMARK] = watermark_for(newest).encode()
+    meta[_RUNS] = str(table.num_rows).encode()
+    table = table.replace_schema_metadata(meta)
+    sink = pa.BufferOutputStream()
+    # statistics only where a reader prunes by them: on every column they would make the footer (read first)
+    # larger than the row groups a partition needs
+    pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="zstd",
+                   write_statistics=[PARTITION_COLUMN, "run_id", "started_at"])
+    digest = hashlib.sha256("\n".join(run_ids).encode()).hexdigest()[:12]
+    # the newest catalog sorts last: by its newest run, then by how many runs it holds (a compaction
+    # for a late commit adds an older run)
+    key = f"{CATALOG_PREFIX}{_safe(newest)}-{table.num_rows:010d}-{digest}.parquet"
+    with contextlib.suppress(AlreadyStored):  # another worker compacted the same runs at once: the same catalog
+        store.put_new(key, sink.getvalue().to_pybytes())
+    log.info("results store %s: compacted %d runs into %s", store.url, table.num_rows, key)
+    return key
+
+
+def _safe(run_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in run_id)
