@@ -61,18 +61,19 @@ def sweep(
     if not os.environ.get("PREFECT_API_URL"):
         raise UserError("roost sweep lands each variant through the land/<host> deployments: set PREFECT_API_URL to "
                         "the Prefect server `roost setup` ran against (or use --dry-run to plan the variants)")
+    prof, _ = _profile_and_host(profile, None)  # unknown names are refused before the flow starts
+    for h in host_list or []:
+        _profile_and_host(profile, h)
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "roost")
     from flows.sweep import sweep as sweep_flow
 
-    state: Any = sweep_flow(profile=profile, grid=grid, hosts=host_list, revision=revision, objective=objective,
+    state: Any = sweep_flow(profile=prof.name, grid=grid, hosts=host_list, revision=revision, objective=objective,
                             evaluate=evaluate, pickup_timeout_s=pickup_timeout, return_state=True)
-    data = state.data if isinstance(getattr(state, "data", None), dict) else None
-    if data is None:
-        try:
-            state.result()
-        except Exception as exc:  # the flow failed before it compared anything
-            raise fail(" ".join(str(exc).split())[:500], getattr(exc, "exit_code", 1)) from None
-        raise fail("the sweep ended without a result", 1)
+    data = state.result(raise_on_failure=False)
+    if not isinstance(data, dict):  # the flow failed before it compared anything: its exception
+        exc = data if isinstance(data, BaseException) else None
+        raise fail(" ".join(str(exc or state.message or "the sweep ended without a result").split())[:500],
+                   getattr(exc, "exit_code", 1))
     if as_json:
         echo_json(data)
     else:

@@ -323,6 +323,20 @@ def start_process_server(spec: ServeSpec, *, api_key: str | None = None, python:
                          api_key_ref=recorded_ref)
 
 
+def _state_files(host_name: str) -> list[Path]:
+    """The state files of ``host_name``'s servers (``<host>-<pid>.json``): exactly this host's, not those of a
+    host whose name starts with it (``cpu`` and ``cpu-2`` on one machine)."""
+    state_dir = _state_dir()
+    if not state_dir.is_dir():
+        return []
+    out = []
+    for f in sorted(state_dir.glob(f"{host_name}-*.json")):
+        host, _, pid = f.name.removesuffix(".json").rpartition("-")
+        if host == host_name and pid.isdigit():
+            out.append(f)
+    return out
+
+
 def reap_stale_servers(host_name: str, grace_s: float = 10.0) -> list[int]:
     """Stop process-backend servers that an earlier (crashed) run on ``host_name`` left running.
 
@@ -330,10 +344,7 @@ def reap_stale_servers(host_name: str, grace_s: float = 10.0) -> list[int]:
     when their leader still runs vLLM's server (a recycled pid is left alone).
     """
     stopped: list[int] = []
-    state_dir = _state_dir()
-    if not state_dir.is_dir():
-        return stopped
-    for state_file in sorted(state_dir.glob(f"{host_name}-*.json")):
+    for state_file in _state_files(host_name):
         try:
             pid = int(json.loads(state_file.read_text())["pid"])
         except (ValueError, KeyError, TypeError, OSError):
@@ -360,11 +371,8 @@ def process_servers(host_name: str) -> list[ServerInfo]:
     A state file counts only while its process group is alive and its leader still runs vLLM's
     server (a recycled pid is not a server).
     """
-    state_dir = _state_dir()
     found: list[ServerInfo] = []
-    if not state_dir.is_dir():
-        return found
-    for state_file in sorted(state_dir.glob(f"{host_name}-*.json")):
+    for state_file in _state_files(host_name):
         try:
             state = json.loads(state_file.read_text())
             pid = int(state["pid"])

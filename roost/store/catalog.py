@@ -410,9 +410,8 @@ def compact(store: ObjectStore, schema: pa.Schema, full: Iterable[tuple[str, str
 def write_catalog(store: ObjectStore, table: pa.Table) -> str:
     """Write ``table`` (runs rows with ``model`` and ``host``) as a new catalog; its key. Rows are kept once
     per run id, sorted by model, host and start; the name sorts after every earlier catalog's."""
-    import pyarrow.parquet as pq
-
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
     table = _dedupe(table)
     if PARTITION_COLUMN in table.column_names:

@@ -52,6 +52,28 @@ class Variant(BaseModel):
         return out
 
 
+def _split(values: str) -> list[str]:
+    """Comma-separated values; a comma inside braces, brackets or quotes belongs to its value (a JSON
+    config such as speculative-config={"method":"mtp","num_speculative_tokens":1})."""
+    out, depth, quote, cur = [], 0, "", ""
+    for ch in values:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    out.append(cur)
+    return out
+
+
 def parse_axis(spec: str) -> Axis:
     """``'max-num-seqs=16,20,24'`` -> Axis; a UserError saying what is wrong otherwise."""
     flag, eq, values = spec.strip().partition("=")
@@ -63,7 +85,7 @@ def parse_axis(spec: str) -> Axis:
     if f"--{flag}" in SECRET_FLAGS:
         raise UserError(f"--grid {spec!r}: --{flag} carries a secret, and a sweep's arguments are stored with each "
                         "run; roost passes the API key through VLLM_API_KEY or the roost-vllm-api-key Secret block")
-    items = [v.strip() for v in values.split(",")]
+    items = [v.strip() for v in _split(values)]
     if not items or any(not v for v in items):
         raise UserError(f"--grid {spec!r}: an empty value; give comma-separated values (e.g. 16,20,24)")
     bad = [v for v in items if not _VALUE.fullmatch(v)]

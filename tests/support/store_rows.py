@@ -8,10 +8,10 @@ import datetime as dt
 import random
 
 import pyarrow as pa
-from support.samples import spark_run
 
 from roost import store
 from roost.records import RunRecord
+from support.samples import spark_run
 
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 

@@ -20,6 +20,7 @@ from roost.net import free_port
 from roost.serve.base import ServeSpec, StartFailed
 from roost.serve.process import (
     ProcessBackend,
+    process_servers,
     reap_stale_servers,
     remove_compile_cache_entry,
     start_process_server,
@@ -126,6 +127,25 @@ def test_reap_stops_only_recorded_vllm_groups(tmp_path: Path) -> None:
             if p.poll() is None:
                 os.killpg(p.pid, 9)
                 p.wait()
+
+
+def test_a_host_never_reaps_or_finds_the_servers_of_a_host_whose_name_starts_with_its_own() -> None:
+    """Hosts ``t-pre`` and ``t-pre-2`` on one machine (two CPU "Sparks"): each sees only its own state files
+    (seen in the team test: the first host's serve stage stopped the second one's cold load)."""
+    state = roost_home() / "servers"
+    state.mkdir(parents=True, exist_ok=True)
+    theirs = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "vllm.entrypoints.openai.api_server"],
+                              start_new_session=True)
+    (state / f"t-pre-2-{theirs.pid}.json").write_text(json.dumps({"pid": theirs.pid, "port": 1, "host": "t-pre-2"}))
+    try:
+        assert reap_stale_servers("t-pre", grace_s=5) == []
+        assert theirs.poll() is None and process_servers("t-pre") == []
+        assert [s.pid for s in process_servers("t-pre-2")] == [theirs.pid]
+        assert reap_stale_servers("t-pre-2", grace_s=5) == [theirs.pid]
+    finally:
+        if theirs.poll() is None:
+            os.killpg(theirs.pid, 9)
+        theirs.wait()
 
 
 def test_stop_takes_the_children_with_it(tiny_model: Path, tmp_path: Path) -> None:

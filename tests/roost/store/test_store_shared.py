@@ -60,7 +60,7 @@ def test_a_catalog_holds_every_run_and_runs_after_it_are_read_beside_it(any_stor
     hosts = [f"spark-{h}" for h in range(6)]
     n = 0
     for h in hosts:
-        for i in range(12):
+        for _ in range(12):
             store.append_run(run_at(t0 + dt.timedelta(minutes=n), n, host=h), any_store)
             n += 1
     before = store.load_runs(any_store)
