@@ -40,8 +40,12 @@ DEFAULT_POOL = "roost-spark"
 DEFAULT_CRON = "0 3 * * *"
 DEFAULT_TIMEZONE = "UTC"
 HEARTBEAT_S = 30
-"""Flow runs of roost deployments emit a heartbeat this often (PREFECT_FLOWS_HEARTBEAT_FREQUENCY);
-the zombie automation ``roost setup`` creates marks a run crashed when they stop."""
+"""Flow runs of roost deployments emit a heartbeat this often by default (PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+``roost setup --heartbeat``); the zombie automation ``roost setup`` creates marks a run crashed when they stop."""
+
+
+def _job_variables(heartbeat_s: float) -> dict[str, Any]:
+    return {"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": f"{heartbeat_s:g}", "PREFECT_LOGGING_EXTRA_LOGGERS": EXTRA_LOGGERS}}
 
 EXTRA_LOGGERS = "roost"
 """PREFECT_LOGGING_EXTRA_LOGGERS of the flow-run processes: roost's module loggers (``roost.hub`` retries
@@ -136,7 +140,8 @@ def _tune_schema(schema: dict[str, Any], profile_names: list[str], defaults: dic
 
 def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: dict[str, ModelProfile],
                      source: Path | None = None, cron: str | None = None, timezone: str = DEFAULT_TIMEZONE,
-                     entrypoint: str | None = None, parameters: dict[str, Any] | None = None) -> RunnerDeployment:
+                     entrypoint: str | None = None, parameters: dict[str, Any] | None = None,
+                     heartbeat_s: float = HEARTBEAT_S) -> RunnerDeployment:
     """The deployment ``<flow_name>/<host>`` on work queue ``<host>`` of ``pool``, loaded from ``source``."""
     params: dict[str, Any] = {"host": freeze(host.name)}
     if flow_name in ("land", "audit", "rebenchmark"):
@@ -152,8 +157,7 @@ def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: 
         tags=["roost", f"host:{host.name}"],
         work_pool_name=pool,
         work_queue_name=host.name,
-        job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
-                               "PREFECT_LOGGING_EXTRA_LOGGERS": EXTRA_LOGGERS}},
+        job_variables=_job_variables(heartbeat_s),
         enforce_parameter_schema=True,
         _sync=True,  # type: ignore[call-arg]
     ))
@@ -164,7 +168,7 @@ def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: 
 
 
 def build_sweep_deployment(pool: str, hosts: list[HostProfile], *, profiles: dict[str, ModelProfile],
-                           source: Path | None = None) -> RunnerDeployment:
+                           source: Path | None = None, heartbeat_s: float = HEARTBEAT_S) -> RunnerDeployment:
     """``sweep/<pool>`` on the ``sweep`` queue; its profile defaults to the first host's."""
     params: dict[str, Any] = {"profile": default_profile(hosts[0], profiles) if hosts else "local"}
     dep = cast("RunnerDeployment", RunnerDeployment.from_storage(
@@ -176,8 +180,7 @@ def build_sweep_deployment(pool: str, hosts: list[HostProfile], *, profiles: dic
         tags=["roost", "sweep"],
         work_pool_name=pool,
         work_queue_name=SWEEP_QUEUE,
-        job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
-                               "PREFECT_LOGGING_EXTRA_LOGGERS": EXTRA_LOGGERS}},
+        job_variables=_job_variables(heartbeat_s),
         enforce_parameter_schema=True,
         _sync=True,  # type: ignore[call-arg]
     ))
@@ -189,14 +192,14 @@ def build_sweep_deployment(pool: str, hosts: list[HostProfile], *, profiles: dic
 
 def build_deployments(hosts: list[HostProfile], *, pool: str, profiles: dict[str, ModelProfile],
                       source: Path | None = None, cron: str | None = DEFAULT_CRON,
-                      timezone: str = DEFAULT_TIMEZONE) -> list[RunnerDeployment]:
+                      timezone: str = DEFAULT_TIMEZONE, heartbeat_s: float = HEARTBEAT_S) -> list[RunnerDeployment]:
     """``land``, ``rebenchmark`` (scheduled with ``cron`` unless None) and ``audit`` for every host."""
     out: list[RunnerDeployment] = []
     for h in hosts:
-        out.append(build_deployment("land", h, pool=pool, profiles=profiles, source=source))
+        out.append(build_deployment("land", h, pool=pool, profiles=profiles, source=source, heartbeat_s=heartbeat_s))
         out.append(build_deployment("rebenchmark", h, pool=pool, profiles=profiles, source=source, cron=cron,
-                                    timezone=timezone))
-        out.append(build_deployment("audit", h, pool=pool, profiles=profiles, source=source))
+                                    timezone=timezone, heartbeat_s=heartbeat_s))
+        out.append(build_deployment("audit", h, pool=pool, profiles=profiles, source=source, heartbeat_s=heartbeat_s))
     return out
 
 

@@ -33,6 +33,7 @@ from flows.stages import (
     gateway_stage,
     host_check_stage,
     hub_source,
+    mark_failed,
     mtp_ab_stage,
     new_record,
     preflight_stage,
@@ -113,6 +114,7 @@ def land(
                              prof.health_timeout_s or host_p.health_timeout_s, keep_serving=keep_serving)
         except RoostError as exc:
             logger.error("run failed at %s: %s", record.failed_stage or "setup", exc)
+            mark_failed(record, "setup", exc)  # one outside every stage (the demo's Hub mirror) too
             failure = exc
         except BaseException as exc:  # not roost's own: still a failed run, reported and stored as one
             fail_unexpected(record, exc)

@@ -31,6 +31,7 @@ from flows.stages import (
     eval_stage,
     finish,
     hub_source,
+    mark_failed,
     new_record,
     report_stage,
     results_store,
@@ -122,6 +123,7 @@ def _benchmark_serving(found: list[ServerInfo], host_p: HostProfile, profile: st
                 eval_stage(record, server.base_url, prof, key, evals, served_model_name=server.served_model_name)
     except RoostError as exc:
         logger.error("rebenchmark failed at %s: %s", record.failed_stage or "setup", exc)
+        mark_failed(record, "setup", exc)  # one outside every stage (the demo's Hub mirror) too
         failure = exc
     finally:
         comparison = report_stage(record, notify, prof, host_p)

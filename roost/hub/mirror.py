@@ -144,7 +144,9 @@ class HubMirror:
         require_free_port(self.port, self.host, what="the local Hub mirror (olah)")
         self.mirrors_root.mkdir(parents=True, exist_ok=True)
         (self.workdir / "repos").mkdir(parents=True, exist_ok=True)
-        config = self.workdir / "olah.toml"
+        # one config per instance: two landings on one machine (two hosts, or a sweep planning beside a landing)
+        # start mirrors in the same state directory, and a shared file would hand both the same port
+        config = self.workdir / f"olah-{self.port}.toml"
         config.write_text(self.config_text())
         env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
         with open(self.log_path, "ab") as log_file:
@@ -211,6 +213,7 @@ class HubMirror:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
         self._proc = None
+        (self.workdir / f"olah-{self.port}.toml").unlink(missing_ok=True)
 
     def close(self) -> None:
         """Stop olah and remove the state directory when this object created it."""

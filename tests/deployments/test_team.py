@@ -152,7 +152,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
         try:
             with temporary_settings(updates={PREFECT_API_URL: api}):
                 _blocks(s3)
-                report = t.roost("setup", "--pool", POOL, "--hosts", ",".join(HOSTS), "--zombie-after", "60", "--json")
+                report = t.roost("setup", "--pool", POOL, "--hosts", ",".join(HOSTS), "--heartbeat", "10",
+                                  "--zombie-after", "30", "--json")
                 assert report.returncode == 0, report.stderr[-3000:]
                 setup = json.loads(report.stdout)
                 assert setup["api_url"] == api
@@ -224,17 +225,16 @@ def test_on_postgres_one_host_never_serves_twice_and_two_hosts_run_at_once(team:
                                entrypoint=HOLD_ENTRYPOINT)
         apply_deployment(dep)
         deps.append(dep.full_name)
-    extra = team.start_worker("team-a2", "cpu")  # with team-a: two workers poll the cpu queue
-    try:
-        def trigger(dep: str, me: str, until: list[str], linger_s: float = 0.0) -> Any:
-            return run_deployment(dep, timeout=0, parameters={"me": me, "meet_dir": str(tmp_path), "until": until,
-                                                              "linger_s": linger_s, "timeout_s": 300})
-        a = trigger("roost-test-hold/cpu", "a", ["arrived-b"], 3.0)
-        b = trigger("roost-test-hold/cpu", "b", ["arrived-a"], 3.0)
-        c = trigger("roost-test-hold/cpu-2", "c", ["entered-a", "entered-b"])
-        done = [wait_final(fr.id, 600) for fr in (a, b, c)]
-    finally:
-        extra.stop()
+    # team-a takes both cpu runs at once, each in a process of its own: only the host's limit orders them
+
+    def trigger(dep: str, me: str, until: list[str], linger_s: float = 0.0) -> Any:
+        return run_deployment(dep, timeout=0, parameters={"me": me, "meet_dir": str(tmp_path), "until": until,
+                                                          "linger_s": linger_s, "timeout_s": 300})
+
+    a = trigger("roost-test-hold/cpu", "a", ["arrived-b"], 3.0)
+    b = trigger("roost-test-hold/cpu", "b", ["arrived-a"], 3.0)
+    c = trigger("roost-test-hold/cpu-2", "c", ["entered-a", "entered-b"])
+    done = [wait_final(fr.id, 600) for fr in (a, b, c)]
     assert all(fr.state.is_completed() for fr in done), [fr.state for fr in done]
     ra, rb, rc = (fr.state.result() for fr in done)
     assert (ra["met"], ra["clash"], rb["met"], rb["clash"]) == (True, None, True, None)  # cpu: one at a time

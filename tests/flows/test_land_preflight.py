@@ -93,3 +93,26 @@ def test_an_error_finding_stops_the_landing_with_the_local_audits_message(prefec
     expected = "; ".join(f"{f.code}: {f.message}" for f in local.errors)
     assert expected and str(failed.value) == "preflight: " + expected.replace(
         str(broken), f"hf://acme/broken@{record.meta.commit}")
+
+
+def test_a_landing_that_fails_outside_every_stage_is_a_failed_run(prefect_api: str, monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """The demo's Hub mirror not answering (seen when two landings on one machine shared olah's config):
+    the run fails, and the record stored says so; it was once stored and reported as a completed run.
+    The mirror's failure is simulated (FAKE: local_hub_task raises what HubMirror raises on a time-out)."""
+    import flows.stages
+    from flows.land import land
+    from roost.errors import StageFailed
+    from roost.profiles import LOCAL
+    from roost.store import load_records
+
+    def no_mirror(prof: Any) -> Any:
+        raise StageFailed("hub-mirror", "olah did not answer on http://127.0.0.1:1 within 60 s")
+
+    monkeypatch.setattr(flows.stages, "local_hub_task", no_mirror)
+    monkeypatch.setenv("ROOST_RESULTS_DIR", str(tmp_path / "results"))
+    with pytest.raises(StageFailed, match="olah did not answer"):
+        land(profile="local", notify=False)
+    (record,) = load_records(tmp_path / "results", model=LOCAL.repo_id)
+    assert (record.status, record.failed_stage) == ("failed", "setup")
+    assert record.failure_class == "setup_failed" and "olah did not answer" in record.failure_message
