@@ -21,6 +21,7 @@ this and everything else).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -40,16 +41,17 @@ DEFAULT_POOL = "roost-spark"
 DEFAULT_CRON = "0 3 * * *"
 DEFAULT_TIMEZONE = "UTC"
 HEARTBEAT_S = 30
-"""Flow runs of roost deployments emit a heartbeat this often by default (PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
-``roost setup --heartbeat``); the zombie automation ``roost setup`` creates marks a run crashed when they stop."""
-
-
-def _job_variables(heartbeat_s: float) -> dict[str, Any]:
-    return {"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": f"{heartbeat_s:g}", "PREFECT_LOGGING_EXTRA_LOGGERS": EXTRA_LOGGERS}}
+"""Flow runs of roost deployments emit a heartbeat this often (PREFECT_FLOWS_HEARTBEAT_FREQUENCY: Prefect's
+least); the zombie automation ``roost setup`` creates marks a run crashed when they stop."""
 
 EXTRA_LOGGERS = "roost"
 """PREFECT_LOGGING_EXTRA_LOGGERS of the flow-run processes: roost's module loggers (``roost.hub`` retries
 and resumes, ...) send their lines to the run's logs in the UI (at INFO: ``flows/identity.py``)."""
+
+JOB_VARIABLES: dict[str, Any] = {"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
+                                         "PREFECT_LOGGING_EXTRA_LOGGERS": EXTRA_LOGGERS}}
+"""What every roost deployment's flow-run process gets (a copy each)."""
+
 
 ENTRYPOINTS: dict[str, str] = {
     "land": "flows/land.py:land",
@@ -140,8 +142,7 @@ def _tune_schema(schema: dict[str, Any], profile_names: list[str], defaults: dic
 
 def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: dict[str, ModelProfile],
                      source: Path | None = None, cron: str | None = None, timezone: str = DEFAULT_TIMEZONE,
-                     entrypoint: str | None = None, parameters: dict[str, Any] | None = None,
-                     heartbeat_s: float = HEARTBEAT_S) -> RunnerDeployment:
+                     entrypoint: str | None = None, parameters: dict[str, Any] | None = None) -> RunnerDeployment:
     """The deployment ``<flow_name>/<host>`` on work queue ``<host>`` of ``pool``, loaded from ``source``."""
     params: dict[str, Any] = {"host": freeze(host.name)}
     if flow_name in ("land", "audit", "rebenchmark"):
@@ -157,7 +158,7 @@ def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: 
         tags=["roost", f"host:{host.name}"],
         work_pool_name=pool,
         work_queue_name=host.name,
-        job_variables=_job_variables(heartbeat_s),
+        job_variables=copy.deepcopy(JOB_VARIABLES),
         enforce_parameter_schema=True,
         _sync=True,  # type: ignore[call-arg]
     ))
@@ -168,7 +169,7 @@ def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: 
 
 
 def build_sweep_deployment(pool: str, hosts: list[HostProfile], *, profiles: dict[str, ModelProfile],
-                           source: Path | None = None, heartbeat_s: float = HEARTBEAT_S) -> RunnerDeployment:
+                           source: Path | None = None) -> RunnerDeployment:
     """``sweep/<pool>`` on the ``sweep`` queue; its profile defaults to the first host's."""
     params: dict[str, Any] = {"profile": default_profile(hosts[0], profiles) if hosts else "local"}
     dep = cast("RunnerDeployment", RunnerDeployment.from_storage(
@@ -180,7 +181,7 @@ def build_sweep_deployment(pool: str, hosts: list[HostProfile], *, profiles: dic
         tags=["roost", "sweep"],
         work_pool_name=pool,
         work_queue_name=SWEEP_QUEUE,
-        job_variables=_job_variables(heartbeat_s),
+        job_variables=copy.deepcopy(JOB_VARIABLES),
         enforce_parameter_schema=True,
         _sync=True,  # type: ignore[call-arg]
     ))
@@ -192,14 +193,14 @@ def build_sweep_deployment(pool: str, hosts: list[HostProfile], *, profiles: dic
 
 def build_deployments(hosts: list[HostProfile], *, pool: str, profiles: dict[str, ModelProfile],
                       source: Path | None = None, cron: str | None = DEFAULT_CRON,
-                      timezone: str = DEFAULT_TIMEZONE, heartbeat_s: float = HEARTBEAT_S) -> list[RunnerDeployment]:
+                      timezone: str = DEFAULT_TIMEZONE) -> list[RunnerDeployment]:
     """``land``, ``rebenchmark`` (scheduled with ``cron`` unless None) and ``audit`` for every host."""
     out: list[RunnerDeployment] = []
     for h in hosts:
-        out.append(build_deployment("land", h, pool=pool, profiles=profiles, source=source, heartbeat_s=heartbeat_s))
+        out.append(build_deployment("land", h, pool=pool, profiles=profiles, source=source))
         out.append(build_deployment("rebenchmark", h, pool=pool, profiles=profiles, source=source, cron=cron,
-                                    timezone=timezone, heartbeat_s=heartbeat_s))
-        out.append(build_deployment("audit", h, pool=pool, profiles=profiles, source=source, heartbeat_s=heartbeat_s))
+                                    timezone=timezone))
+        out.append(build_deployment("audit", h, pool=pool, profiles=profiles, source=source))
     return out
 
 

@@ -123,7 +123,7 @@ def _api_url() -> str:
 def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: Path | None = None,
           cron: str | None = DEFAULT_CRON, timezone: str = DEFAULT_TIMEZONE,
           zombie_after_s: float = DEFAULT_ZOMBIE_AFTER_S, reset_blocks: bool = False,
-          store_api_key: bool = False, heartbeat_s: float = HEARTBEAT_S) -> SetupReport:
+          store_api_key: bool = False) -> SetupReport:
     """Apply roost's blocks, work pool, queues, limits, automations and deployments to the API server.
 
     ``hosts`` are set up besides the ones that exist (saved host documents, and ``LOCAL_HOSTS``).
@@ -133,11 +133,9 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
         raise UserError("--hosts: a host name is empty; name hosts comma-separated (e.g. spark,cpu)")
     if cron is not None:
         _check_cron(cron, timezone)
-    if heartbeat_s < 5:
-        raise UserError(f"--heartbeat {heartbeat_s:g} s: every run would call the API that often; use 5 s or more")
-    if zombie_after_s <= heartbeat_s:
-        raise UserError(f"--zombie-after {zombie_after_s:g} s is too short: heartbeats come every {heartbeat_s:g} s at "
-                        f"best; use more than {heartbeat_s:g}")
+    if zombie_after_s <= HEARTBEAT_S:
+        raise UserError(f"--zombie-after {zombie_after_s:g} s is too short: heartbeats come every {HEARTBEAT_S} s at "
+                        f"best; use > {HEARTBEAT_S}")
     if any(h == SWEEP_QUEUE for h in named):
         raise UserError(f"--hosts: {SWEEP_QUEUE!r} is the sweep's work queue; name the host otherwise")
     report = SetupReport(api_url=_api_url(), pool=pool, hosts=[])
@@ -163,8 +161,8 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
         report.items += alert_items
     profiles = all_profiles()
     deployments = [*build_deployments(host_profiles, pool=pool, profiles=profiles, source=source, cron=cron,
-                                      timezone=timezone, heartbeat_s=heartbeat_s),
-                   build_sweep_deployment(pool, host_profiles, profiles=profiles, source=source, heartbeat_s=heartbeat_s)]
+                                      timezone=timezone),
+                   build_sweep_deployment(pool, host_profiles, profiles=profiles, source=source)]
     for dep in deployments:
         status, changed = apply_deployment(dep)
         report.items.append(SetupItem(kind="deployment", name=dep.full_name, status=status,

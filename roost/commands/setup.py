@@ -35,8 +35,6 @@ def setup(
                                                 file_okay=False)] = None,
     zombie_after: Annotated[float, typer.Option(help="Seconds without a heartbeat before a run is marked crashed.")]
         = 90.0,
-    heartbeat: Annotated[float, typer.Option(help="Seconds between a run's heartbeats (how soon a dead worker is "
-                                                  "noticed, with --zombie-after; one small API call each).")] = 30.0,
     reset_blocks: Annotated[bool, typer.Option("--reset-blocks", help="Revert edited built-in block documents.")]
         = False,
     store_vllm_api_key: Annotated[bool, typer.Option(
@@ -56,8 +54,7 @@ def setup(
 
     report = run_setup(pool, host_list, source=source.resolve() if source else None,
                        cron=None if cron.strip().lower() in ("off", "none", "") else cron, timezone=timezone,
-                       zombie_after_s=zombie_after, reset_blocks=reset_blocks, store_api_key=store_vllm_api_key,
-                       heartbeat_s=heartbeat)
+                       zombie_after_s=zombie_after, reset_blocks=reset_blocks, store_api_key=store_vllm_api_key)
     if as_json:
         echo_json(report.model_dump(mode="json") | {"changed": len(report.changed)})
         return

@@ -152,8 +152,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
         try:
             with temporary_settings(updates={PREFECT_API_URL: api}):
                 _blocks(s3)
-                report = t.roost("setup", "--pool", POOL, "--hosts", ",".join(HOSTS), "--heartbeat", "10",
-                                  "--zombie-after", "30", "--json")
+                report = t.roost("setup", "--pool", POOL, "--hosts", ",".join(HOSTS), "--zombie-after", "60",
+                                  "--json")
                 assert report.returncode == 0, report.stderr[-3000:]
                 setup = json.loads(report.stdout)
                 assert setup["api_url"] == api
