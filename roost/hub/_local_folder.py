@@ -3,6 +3,7 @@
     <local_dir>/<path in the repo>                     the files, where vLLM reads them
     <local_dir>/.roost/download.json                   the manifest (:class:`Manifest`)
     <local_dir>/.roost/partial/<expected digest>.part  an interrupted transfer, resumed from its end
+    <local_dir>/.roost/download.lock                   held by the one process downloading here (``roost.fslock``)
 
 The manifest names the commit the directory holds, the Hub's listing at that commit, and for each
 verified file its expected digest and **fingerprint** ``(size, mtime_ns, inode)``: a file whose
@@ -39,6 +40,11 @@ def state_dir(local_dir: Path) -> Path:
 
 def manifest_path(local_dir: Path) -> Path:
     return state_dir(local_dir) / "download.json"
+
+
+def download_lock_path(local_dir: Path) -> Path:
+    """Held by the one process downloading into ``local_dir`` (``roost.fslock``)."""
+    return state_dir(local_dir) / "download.lock"
 
 
 def partial_dir(local_dir: Path) -> Path:

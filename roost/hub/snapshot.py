@@ -44,11 +44,13 @@ from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defin
 from pydantic import BaseModel, Field, field_validator
 
 from roost.errors import UserError
+from roost.fslock import exclusive
 from roost.hub._http import HubClient, RetryPolicy, is_full_sha, resolve_endpoint, resolve_token
 from roost.hub._local_folder import (
     Manifest,
     ManifestWriter,
     changed_after_verified,
+    download_lock_path,
     free_bytes,
     load_manifest,
     partial_dir,
@@ -278,6 +280,35 @@ def download_and_verify(
     t0 = time.monotonic()
     local_dir = Path(local_dir).expanduser().resolve()
     endpoint = resolve_endpoint(endpoint)
+    held = contextlib.ExitStack()
+    with local_disk_errors(local_dir):  # one download into a directory at a time (two landings on one machine)
+        held.enter_context(exclusive(download_lock_path(local_dir), on_wait=lambda: log.info(
+            "waiting for another download into %s to finish", local_dir)))
+    with held:
+        return _download_held(spec, local_dir, endpoint, token, t0, progress=progress,
+                              progress_interval=progress_interval, free_space=free_space, margin_bytes=margin_bytes,
+                              download_workers=download_workers, hash_workers=hash_workers, retry=retry,
+                              transfer=transfer)
+
+
+def _download_held(
+    spec: DownloadSpec,
+    local_dir: Path,
+    endpoint: str,
+    token: str | None,
+    t0: float,
+    *,
+    progress: ProgressCallback | None,
+    progress_interval: float,
+    free_space: Callable[[Path], int],
+    margin_bytes: int | None,
+    download_workers: int,
+    hash_workers: int | None,
+    retry: RetryPolicy | None,
+    transfer: Literal["auto", "http"],
+) -> DownloadResult:
+    """:func:`download_and_verify` with ``local_dir``'s lock held: a second download waits, then finds the
+    commit verified by the first."""
     with local_disk_errors(local_dir):
         manifest = load_manifest(local_dir)
 

@@ -328,8 +328,7 @@ def load_table(
         keys = [o.key for pm, ph in catalog.partitions(store, table, m, h, stats)
                 for o in catalog.list_partition(store, table, pm, ph, stats=stats)]
         blobs = catalog.fetch_all(store, keys, stats)
-        parts = [catalog.conform(t, full) for t in catalog.parse_tables(blobs, store, stats, catalog._slug_columns)]
-        arrow = pa.concat_tables(parts) if parts else full.empty_table()
+        arrow = catalog.conform_all(catalog.parse_tables(blobs, store, stats, catalog._slug_columns), full)
     if arrow.num_rows == 0:
         return _empty_frame(full)
     df = arrow.to_pandas()

@@ -50,7 +50,7 @@ ROW_GROUP_ROWS = 1024
 LATE_COMMIT_WINDOW = dt.timedelta(days=7)
 """How long before its commit a run may have started and still be found after the catalog's watermark."""
 
-COMPACT_AFTER = 64
+COMPACT_AFTER = 16
 """A partition with this many runs after the catalog's watermark gets a new catalog on the next commit."""
 
 FETCH_THREADS = 16
@@ -317,6 +317,13 @@ def watermark_for(newest_run_id: str) -> str:
     return (started - LATE_COMMIT_WINDOW).strftime("%Y%m%dT%H%M%SZ")
 
 
+def conform_all(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
+    """``tables`` as one table with ``schema`` (concatenated first: one conversion, not one per object)."""
+    if not tables:
+        return schema.empty_table()
+    return conform(pa.concat_tables(tables, promote_options="permissive"), schema)
+
+
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with exactly ``schema``'s columns: missing ones null (an older object), extra ones dropped."""
     cols = []
@@ -341,7 +348,7 @@ def read_runs(store: ObjectStore, schema: pa.Schema, model: str | None = None, h
     if cat is not None:
         stats.catalog = cat.key
         rows, watermark = read_catalog(store, cat, model, host, stats)
-        tables.append(conform(rows, schema))
+        tables.append(rows.drop_columns([c for c in rows.column_names if c not in schema.names]))
         known = set(rows["run_id"].to_pylist())
     fresh: list[str] = []
     for m, h in partitions(store, "runs", model, host, stats):
@@ -349,10 +356,10 @@ def read_runs(store: ObjectStore, schema: pa.Schema, model: str | None = None, h
             if o.key.rpartition("/")[2].removesuffix(".parquet") not in known:
                 fresh.append(o.key)
     blobs = fetch_all(store, fresh, stats)
-    tables += [conform(t, schema) for t in parse_tables(blobs, store, stats, _slug_columns)]
+    tables += parse_tables(blobs, store, stats, _slug_columns)
     if not tables:
         return schema.empty_table()
-    table = pa.concat_tables(tables)
+    table = conform_all(tables, schema)
     if cat is not None and len(fresh):  # a run both in the catalog and listed (before it was known): once
         table = _dedupe(table)
     return table
@@ -393,7 +400,7 @@ def compact(store: ObjectStore, schema: pa.Schema, full: Iterable[tuple[str, str
     watermark = ""
     if cat is not None:
         rows, watermark = read_catalog(store, cat, stats=stats)
-        tables.append(conform(rows, schema))
+        tables.append(rows.drop_columns([c for c in rows.column_names if c not in schema.names]))
         known = set(rows["run_id"].to_pylist())
     full_set = set(full)
     fresh: list[str] = []
@@ -401,10 +408,10 @@ def compact(store: ObjectStore, schema: pa.Schema, full: Iterable[tuple[str, str
         after = None if (m, h) in full_set else (watermark or None)
         fresh += [o.key for o in list_partition(store, "runs", m, h, after, stats)
                   if o.key.rpartition("/")[2].removesuffix(".parquet") not in known]
-    new = [conform(t, schema) for t in parse_tables(fetch_all(store, fresh, stats), store, stats, _slug_columns)]
+    new = parse_tables(fetch_all(store, fresh, stats), store, stats, _slug_columns)
     if not new:
         return None
-    return write_catalog(store, pa.concat_tables([*tables, *new]))
+    return write_catalog(store, conform_all([*tables, *new], schema))
 
 
 def write_catalog(store: ObjectStore, table: pa.Table) -> str:

@@ -64,6 +64,7 @@ def test_first_run_creates_everything(roost_setup: tuple[dict[str, Any], dict[st
     items = _by_name(first)
     assert {k for k, _ in items} == KINDS
     for key in [("work-pool", POOL), ("work-queue", f"{POOL}/spark"), ("work-queue", f"{POOL}/cpu"),
+                ("work-queue", f"{POOL}/sweep"), ("block-type", "roost-store-credentials"),
                 ("concurrency-limit", "roost-serve-spark"), ("concurrency-limit", "roost-serve-cpu"),
                 ("automation", "roost-crash-zombie-runs"), ("block-type", "roost-host"), ("block-type", "model-profile"),
                 ("block-type", "roost-slack-notifier"),
@@ -72,7 +73,8 @@ def test_first_run_creates_everything(roost_setup: tuple[dict[str, Any], dict[st
                 ("block", "model-profile/ornith-1-5-35b-a3b-nvfp4")]:
         assert items[key]["status"] == "created", key
     deployments = sorted(n for k, n in items if k == "deployment")
-    assert deployments == sorted(f"{f}/{h}" for f in ("land", "rebenchmark", "audit") for h in ("spark", "cpu"))
+    assert deployments == sorted([*(f"{f}/{h}" for f in ("land", "rebenchmark", "audit") for h in ("spark", "cpu")),
+                                  f"sweep/{POOL}"])  # one sweep per pool: it fans out over the hosts' queues
     assert first["changed"] == len([i for i in first["items"] if i["status"] in ("created", "updated")]) > 0
     # named hosts only: cpu-docker has no block and is not named, so nothing is made for it
     assert first["hosts"] == ["spark", "cpu"] and list(first["skipped_hosts"]) == ["cpu-docker"]

@@ -23,7 +23,7 @@ ROOST = str(Path(sys.executable).parent / "roost")
                     "or --profile P to read that profile's repository from the Hub"),
         (["run", "--profil", "local"],
          "roost: error: No such option: --profil (Possible options: --profile) (see `roost run --help`)"),
-        (["serve"], "roost: error: No such command 'serve'. (see `roost --help`)"),
+        (["serve"], "roost: error: No such command 'serve'. Did you mean 'sweep'? (see `roost --help`)"),
     ],
 )
 def test_usage_mistakes_are_one_line_exit_2(args: list[str], line: str) -> None:

@@ -113,6 +113,36 @@ def test_warm_rerun_skips_download_and_hashing_with_one_log_line(
     assert offline.cached and offline.commit == first.commit and offline.hashed_bytes == 0
 
 
+def test_two_downloads_into_one_directory_at_once_fetch_it_once(
+    shared_hub: SharedHub, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two landings on one machine (two hosts' workers sharing ROOST_HOME) download the same commit into
+    the same directory: the second waits for the first, then finds every file verified."""
+    results: list[DownloadResult] = []
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            results.append(download_and_verify(DownloadSpec(repo_id=REPO), tmp_path / "dl",
+                                               endpoint=shared_hub.endpoint))
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    with caplog.at_level(logging.INFO, logger="roost"):
+        threads = [threading.Thread(target=one) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    assert errors == [] and len(results) == 3
+    fetched = [r for r in results if not r.cached]
+    assert len(fetched) == 1 and fetched[0].downloaded_bytes == fetched[0].bytes
+    assert all(r.commit == shared_hub.main and r.downloaded_bytes == 0 for r in results if r.cached)
+    assert any("waiting for another download into" in r.getMessage() for r in caplog.records)
+    for f in fetched[0].files:
+        assert sha256_of(tmp_path / "dl" / f.path) == sha256_of(shared_hub.main_src / f.path)
+
+
 def test_pinning_a_revision_that_is_not_the_branch_head(shared_hub: SharedHub, tmp_path: Path) -> None:
     by_tag = download_and_verify(
         DownloadSpec(repo_id=REPO, revision="v1"), tmp_path / "a", endpoint=shared_hub.endpoint
