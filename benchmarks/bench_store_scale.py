@@ -4,9 +4,10 @@ bucket (moto's server on loopback, ``tests/support/s3.py``: a stand-in for S3, ~
     .venv/bin/python benchmarks/bench_store_scale.py [--sizes 1000,10000,100000] [--repeat 5] [--skip-s3]
 
 Setup (not timed): a store holding ``N`` runs of 20 models on 10 hosts (200 partitions) as a team's store
-looks between compactions: a runs catalog of ``N - 20`` synthetic rows in the real schema
-(``tests/support/store_rows.py``), and the newest 20 runs of one partition (``team/model-00`` on
-``spark-00``) appended as real runs after it, with the records of that partition's newest 60 runs.
+looks just before a compaction: a runs catalog of ``N - 15`` synthetic rows in the real schema
+(``tests/support/store_rows.py``), and the newest 15 runs of one partition (``team/model-00`` on
+``spark-00``) appended as real runs after it (``catalog.COMPACT_AFTER - 1``: the most a partition holds
+past its catalog), with the records of that partition's newest 60 runs.
 
 Rows (median of ``--repeat``; the requests and bytes the store was asked for, from ``ReadStats``):
 

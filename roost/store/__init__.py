@@ -4,13 +4,14 @@ in a local directory, a directory the team shares, or an S3-compatible bucket (`
 Layout under the store's root (keys: ``roost.store.layout``)::
 
     runs/model=<slug>/host=<host>/<run_id>.parquet            one row per run (metadata + headline): the commit
-    runs/_catalog/<newest run>-<n>-<digest>.parquet          the runs table compacted (roost.store.catalog)
+    runs/_catalog/<newest run>-<n>-<digest>.parquet           the runs table compacted (roost.store.catalog)
     points/model=<slug>/host=<host>/<run_id>.parquet          one row per BenchPoint, with run columns
     requests/model=<slug>/host=<host>/<run_id>.parquet        one row per benchmark request (timings, tokens, errors)
     notifications/model=<slug>/host=<host>/<run_id>-<n>.parquet  one row per notification attempt
     evals/model=<slug>/host=<host>/<run_id>.parquet           one row per accuracy evaluation (roost.eval)
     eval_answers/model=<slug>/host=<host>/<run_id>-<task>.parquet  one row per question asked
     records/model=<slug>/host=<host>/<run_id>.json            the full RunRecord, for reports
+    sweeps/model=<slug>/<sweep id>.json                       a sweep's outcome: variants, states, the best (flows/sweep.py)
 
 Reports are rendered on the worker into its local results directory (``roost.store.layout.report_dir``).
 

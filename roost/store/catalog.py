@@ -5,7 +5,7 @@ start time, so a partition's keys are in start order). Reading 100,000 of them o
 minutes on an object store; instead, from time to time, :func:`compact` writes every row known so far
 into one new object::
 
-    runs/_catalog/<newest run id>-<digest>.parquet
+    runs/_catalog/<newest run id>-<runs held>-<digest>.parquet
 
 sorted by partition (model, host) and start, in row groups of :data:`ROW_GROUP_ROWS` whose statistics let a
 reader fetch only the groups of the partition it wants (a ranged GET per group on an object store). Its
