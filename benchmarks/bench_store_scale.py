@@ -64,7 +64,8 @@ def fill(target: ObjectStore, n: int, with_catalog: bool = True) -> tuple[str, s
     """``n`` runs in ``target``; the (repo, host) of the partition the lookups read."""
     parts = store_rows.partitions(MODELS, HOSTS)
     repo, host = parts[0]
-    table = store_rows.synthetic_runs(n - TAIL, parts, span_days=365)
+    start = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(days=366, hours=1)  # a year, up to now
+    table = store_rows.synthetic_runs(n - TAIL, parts, span_days=365, start=start)
     if with_catalog:
         catalog.write_catalog(target, table)
     else:
@@ -75,7 +76,7 @@ def fill(target: ObjectStore, n: int, with_catalog: bool = True) -> tuple[str, s
     mine = [r for r in table.to_pylist() if (r["repo_id"], r["host_name"]) == (repo, host)]
     for r in mine[-(HISTORY - TAIL):]:  # the records the history and the baseline read
         target.put_new(record_key(repo, host, r["run_id"]), store_rows.record_for(r).model_dump_json().encode())
-    end = store_rows.T0 + dt.timedelta(days=366)
+    end = start + dt.timedelta(days=366)  # the tail: committed now, as landings are (none is a late commit)
     base = spark_run(day=1)
     for i in range(TAIL):
         rec = store_rows.record_for({"run_id": store_rows.run_id_at(end + dt.timedelta(minutes=i), 10_000_000 + i),

@@ -61,6 +61,9 @@ def load_credentials(name: str, field: str) -> StoreCredentials:
             raise UserError(f"{field}: could not read the Roost Store Credentials block {name!r} "
                             f"({type(exc).__name__}): is PREFECT_API_URL right?") from None
         raise UserError(f"{field}: the Roost Store Credentials block {name!r} is invalid: fix it in the Prefect UI") from None
+    except Exception as exc:  # the Prefect API did not answer (a connection refused, a timeout)
+        raise UserError(f"{field}: could not read the Roost Store Credentials block {name!r} from the Prefect API "
+                        f"({type(exc).__name__}): is PREFECT_API_URL right and the server up?") from None
     assert isinstance(block, StoreCredentialsBlock)
     return block.credentials()
 
@@ -72,12 +75,14 @@ def open_results_store(url: str, credentials_block: str = "", field: str = STORE
 
 
 def results_store_for(host: HostProfile | None = None) -> ObjectStore:
-    """The store a run on ``host`` writes to: ``ROOST_RESULTS_STORE`` (+ ``ROOST_RESULTS_STORE_CREDENTIALS``),
-    else the host's ``results_store`` (+ ``results_store_credentials``), else the local results directory."""
+    """The store a run on ``host`` writes to: ``ROOST_RESULTS_STORE``, else the host's ``results_store``, else the
+    local results directory; with the credentials block ``ROOST_RESULTS_STORE_CREDENTIALS`` names, else the
+    host's ``results_store_credentials``."""
     url = os.environ.get(STORE_ENV, "").strip()
+    credentials = os.environ.get(CREDENTIALS_ENV, "").strip()
     if url:
-        return open_results_store(url, os.environ.get(CREDENTIALS_ENV, "").strip(), STORE_ENV)
+        return open_results_store(url, credentials, STORE_ENV)
     if host is not None and host.results_store:
-        return open_results_store(host.results_store, host.results_store_credentials,
+        return open_results_store(host.results_store, credentials or host.results_store_credentials,
                                   f"host {host.name}: results_store")
     return open_store(None)

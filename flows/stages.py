@@ -85,7 +85,6 @@ from roost.store import (
     using_store,
 )
 from roost.store.fallback import KeepLocalCopy
-from roost.store.objects import StoreUnreachable
 from roost.units import format_memory
 from roost.vllm import prometheus, specdecode_log
 from roost.vllm.client import VllmClient, run_sync
@@ -667,7 +666,7 @@ def report_stage(
         store = current_store()
         if isinstance(store, KeepLocalCopy) and store.deferred:  # measured, stored on the worker only
             get_run_logger().error("%s", store.message)
-            mark_failed(record, "report", StoreUnreachable(store.message))
+            mark_failed(record, "report", store.kept_failure())
         try:
             report.artifact_keys = publish_artifacts(record, report)
         except Exception as exc:  # the API refused an artifact: the files and the store have the report

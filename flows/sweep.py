@@ -23,6 +23,7 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed
 
 from blocks.resolve import load_host, load_profile
+from blocks.store import results_store_for
 from flows.identity import initial_run_name, roost_logs_to_run, tag_run
 from flows.stages import hub_source, results_store
 from roost.errors import RoostError, UserError
@@ -40,6 +41,7 @@ from roost.sweep.state import SweepState, VariantState
 from tasks.preflight import preflight_task
 from tasks.report import reports_root
 from tasks.sweep import (
+    FINAL,
     UNCLAIMED,
     cancel_landing,
     describe,
@@ -73,9 +75,10 @@ def sweep(
     host_names = _hosts(prof, hosts)
     host_ps = [load_host(h) for h in host_names]
     require_land_deployments(host_names)
+    _one_store(host_ps)
     with results_store(host_ps[0]) as store:
         state, commit = _plan(prof, host_ps, revision, [v for v in variants(axes)])
-        _skip_measured(state, prof, commit, host_names)
+        _skip_measured(state, prof, commit, host_names, evaluate)
         logger.info("sweep of %s@%s: %d variant(s) over %s: %s", prof.name, commit[:12], len(state.variants),
                     ", ".join(host_names), state.counts())
         _fan_out(state, prof, commit, evaluate, pickup_timeout_s, landing_timeout_s, poll_s)
@@ -95,11 +98,22 @@ def sweep(
     publish(prof.name, markdown, comparison)
     logger.info("sweep: %s", comparison.summary)
     bad = [v for v in state.variants if v.status in ("missing", "failed")]
-    tag_run("sweep:complete" if not bad else "sweep:incomplete")
+    measured = [v for v in state.variants if v.status in ("done", "measured")]
+    tag_run("sweep:complete" if not bad and measured else "sweep:incomplete")
     message = comparison.summary if not bad else (
         f"{len(bad)} of {len(state.variants)} variant(s) not measured ({'; '.join(f'{v.name}: {v.status}' for v in bad)}); "
         f"{comparison.summary}")
-    return (Completed if not bad else Failed)(message=message[:500], data=store_summary)
+    if not measured:
+        message = f"nothing measured: {message}"
+    return (Completed if not bad and measured else Failed)(message=message[:500], data=store_summary)
+
+
+def _one_store(host_ps: list[HostProfile]) -> None:
+    """The hosts must write to the store the sweep reads (a UserError naming where each writes)."""
+    urls = {h.name: results_store_for(h).url for h in host_ps}
+    if len(set(urls.values())) > 1:
+        raise UserError("the sweep's hosts write to different results stores (" + "; ".join(
+            f"{h}: {u}" for h, u in urls.items()) + "): point their results_store at one store")
 
 
 def _hosts(prof: ModelProfile, hosts: list[str] | None) -> list[str]:
@@ -142,17 +156,30 @@ def _plan(prof: ModelProfile, host_ps: list[HostProfile], revision: str | None,
     return SweepState(hosts=[h.name for h in host_ps], variants=states), commit
 
 
-def _skip_measured(state: SweepState, prof: ModelProfile, commit: str, hosts: list[str]) -> None:
+def _skip_measured(state: SweepState, prof: ModelProfile, commit: str, hosts: list[str], evaluate: bool) -> None:
+    """Variants a completed run of this profile already measured on the same commit, arguments and image
+    (with its evaluations, when the sweep evaluates) are not landed again."""
     runs = load_runs(model=prof.repo_id)
     if runs.empty:
         return
     images = host_images(load_runs(), hosts)
     for s in state.pending:
-        row = measured_earlier(runs, prof.repo_id, commit, s.vllm_args, hosts, images)
-        if row is not None:
+        for row in measured_earlier(runs, prof.name, prof.repo_id, commit, s.vllm_args, hosts, images):
+            if evaluate and prof.evals and not _evaluated(prof, row):
+                continue
             s.status, s.run_id, s.host = "measured", str(row["run_id"]), str(row["host_name"])
             get_run_logger().info("sweep: %s measured already by run %s on %s: not landed again", s.name, s.run_id,
                                   s.host)
+            break
+
+
+def _evaluated(prof: ModelProfile, row: dict[str, Any]) -> bool:
+    """Whether the stored run ran the profile's evaluations."""
+    try:
+        record = load_record(str(row["run_id"]), model=prof.repo_id, host=str(row["host_name"]))
+    except RoostError:
+        return False
+    return len(record.evals) >= len(prof.evals)
 
 
 def _fan_out(state: SweepState, prof: ModelProfile, commit: str, evaluate: bool, pickup_timeout_s: float,
@@ -174,11 +201,18 @@ def _fan_out(state: SweepState, prof: ModelProfile, commit: str, evaluate: bool,
         states = landing_states([v.flow_run_id for v in state.running])
         now = time.monotonic()
         for v in state.running:
-            kind, message, _ = states[v.flow_run_id]
+            kind, message = states[v.flow_run_id]
             waited = now - started[v.flow_run_id]
             if kind == "COMPLETED":
-                state.finish(v, _stored_run_id(prof, v))
-                logger.info("sweep: %s measured (run %s)", describe(v), v.run_id)
+                run_id = _stored_run_id(prof, v)
+                if run_id:
+                    state.finish(v, run_id)
+                    logger.info("sweep: %s measured (run %s)", describe(v), v.run_id)
+                else:
+                    state.not_stored(v, f"the landing completed, but its run is not in the results store "
+                                        f"{current_store().url} the sweep reads (a host without a results_store "
+                                        "writes to its own worker's directory)")
+                    logger.error("sweep: %s: %s", describe(v), v.reason)
             elif kind == "FAILED":
                 run_id, cls, why = _stored_failure(prof, v, message)
                 state.fail(v, why, cls, run_id)
@@ -193,8 +227,8 @@ def _fan_out(state: SweepState, prof: ModelProfile, commit: str, evaluate: bool,
                 cancel_landing(v.flow_run_id, f"roost sweep: {why}")
                 logger.error("sweep: %s; its variants go to the other hosts", why)
                 state.unclaimed(v, why)
-            elif kind == "RUNNING" and waited > landing_timeout_s:
-                why = f"still running after {landing_timeout_s:.0f} s"
+            elif kind not in FINAL and waited > landing_timeout_s:  # running, paused, cancelling...
+                why = f"still {kind.lower()} after {landing_timeout_s:.0f} s"
                 cancel_landing(v.flow_run_id, f"roost sweep: {why}")
                 state.fail(v, why, "sweep_landing_timeout")
         progress(state, artifact)

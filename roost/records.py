@@ -37,9 +37,13 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+RUN_ID_TIME = "%Y%m%dT%H%M%SZ"
+"""How a run id begins: its UTC start, to the second (the store sorts and partitions by it)."""
+
+
 def new_run_id() -> str:
     """A sortable, unique run id: UTC timestamp + 8 random hex digits."""
-    return utcnow().strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+    return utcnow().strftime(RUN_ID_TIME) + "-" + uuid.uuid4().hex[:8]
 
 
 class Finding(BaseModel):

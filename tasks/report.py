@@ -47,8 +47,8 @@ from roost.report.publish import ENABLE_HINT, ReportUrls, report_urls, results_u
 from roost.report.write import headline_charts
 from roost.settings import results_dir
 from roost.store import AlreadyStored, StoredRun, StoreLike, append_run, load_records, report_dir, resolve
-from roost.store.fallback import KeepLocalCopy, pending_dir, push_pending
-from roost.store.objects import LocalStore, ObjectStore, StoreUnreachable
+from roost.store.fallback import KeepLocalCopy, pending_objects, push_pending
+from roost.store.objects import LocalStore, ObjectStore
 
 HISTORY_LIMIT = 60
 """Earlier runs of the same model and host read for the baseline and the history charts."""
@@ -185,16 +185,17 @@ def reports_root(store: ObjectStore) -> Path:
 
 
 def push_kept(store: ObjectStore, log: Any) -> None:
-    """Upload what an earlier run kept locally while the store was unreachable (nothing when nothing waits)."""
+    """Upload what an earlier run kept locally while the store did not take it (nothing when nothing waits).
+    Never raises: what still waits is logged, and this run's own results are stored after it either way."""
     target = store.target if isinstance(store, KeepLocalCopy) else store
-    if not pending_dir(target).is_dir():
-        return
     try:
+        if not pending_objects(target):
+            return
         uploaded, present = push_pending(target)
         log.info("uploaded %d object(s) an earlier run kept locally for %s (%d were there already)", uploaded,
                  target.url, present)
-    except StoreUnreachable as exc:
-        log.warning("results kept locally for %s still wait: %s", target.url, exc)
+    except Exception as exc:  # the store or the local copy: this run goes on, the copy waits for the next push
+        log.warning("results kept locally for %s still wait: %s", target.url, " ".join(str(exc).split())[:300])
 
 
 def build_report(

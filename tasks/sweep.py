@@ -9,7 +9,6 @@ What a landing measured is read back from the results store by its flow run id (
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from prefect import task
@@ -32,8 +31,11 @@ from roost.sweep.report import table_rows
 from roost.sweep.state import SweepState, VariantState
 from tasks.report import artifact_key
 
-UNCLAIMED = ("SCHEDULED", "PENDING", "LATE", "AWAITINGRETRY")
-"""States of a landing no worker has started yet."""
+UNCLAIMED = ("SCHEDULED", "PENDING")
+"""State types of a landing no worker has started yet (Late and AwaitingRetry are Scheduled by type)."""
+
+FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+"""State types of a landing that ended."""
 
 
 def require_land_deployments(hosts: list[str]) -> None:
@@ -69,15 +71,13 @@ def launch_landing(host: str, parameters: dict[str, Any]) -> tuple[str, str]:
     return str(fr.id), str(fr.name)
 
 
-def landing_states(ids: list[str]) -> dict[str, tuple[str, str, dt.datetime | None]]:
-    """flow run id -> (state type, state message, when it entered that state)."""
-    out: dict[str, tuple[str, str, dt.datetime | None]] = {}
+def landing_states(ids: list[str]) -> dict[str, tuple[str, str]]:
+    """flow run id -> (state type, state message)."""
+    out: dict[str, tuple[str, str]] = {}
     with get_client(sync_client=True) as client:
         for i in ids:
-            fr = client.read_flow_run(i)  # type: ignore[arg-type]
-            st = fr.state
-            out[i] = (st.type.value if st else "SCHEDULED", (st.message or "") if st else "",
-                      st.timestamp if st else None)
+            st = client.read_flow_run(i).state  # type: ignore[arg-type]
+            out[i] = (st.type.value, st.message or "") if st else ("SCHEDULED", "")
     return out
 
 

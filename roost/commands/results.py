@@ -170,6 +170,10 @@ def open_for_cli(results_dir: Path | None, store_url: str | None, credentials: s
     if not url.strip():
         return open_store(default_results_dir())
     if block.strip():
+        if not os.environ.get("PREFECT_API_URL"):
+            named_by = "--credentials" if credentials is not None else CREDENTIALS_ENV
+            raise UserError(f"{named_by} names a Roost Store Credentials block on the Prefect server: set "
+                            "PREFECT_API_URL to it, or leave it out to use the AWS_* environment")
         from blocks.store import open_results_store  # Prefect's client: only for a named credentials block
 
         return open_results_store(url, block.strip(), field)
@@ -191,11 +195,11 @@ def compact(ctx: typer.Context) -> None:
 
 def push(ctx: typer.Context) -> None:
     """Upload the results runs on this worker kept locally while the store was unreachable."""
-    from roost.store.fallback import pending_dir, push_pending
+    from roost.store.fallback import pending_objects, push_pending
 
     opts = ctx.obj or {}
     store = open_for_cli(opts.get("dir"), opts.get("store"), opts.get("credentials"))
-    if not pending_dir(store).is_dir():
+    if not pending_objects(store):
         typer.echo(f"nothing waits for {store.url} on this worker")
         return
     uploaded, present = push_pending(store)
@@ -203,6 +207,7 @@ def push(ctx: typer.Context) -> None:
 
 
 def serve(
+    ctx: typer.Context,
     bind: Annotated[str, typer.Option("--bind", help="Address to listen on (e.g. the worker's tailnet address; "
                                       "0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port).")] = 8765,
@@ -215,7 +220,12 @@ def serve(
     """Serve the run reports read-only over HTTP so the Prefect UI shows their charts and links."""
     from roost.report.serve import make_server, server_url
 
-    directory = root if root is not None else default_results_dir() / "reports"
+    opts = ctx.obj or {}
+    if opts.get("store") is not None or opts.get("credentials") is not None:
+        raise UserError("roost results serve serves the reports this worker rendered (they stay on its disk, "
+                        "not in the store): leave out --store/--credentials, give --root or --dir")
+    results_root = opts.get("dir")
+    directory = root if root is not None else (results_root or default_results_dir()) / "reports"
     server = make_server(directory, bind, port)
     url = server_url(server, bind)
     typer.echo(f"ROOST_RESULTS_URL={url}")

@@ -3,8 +3,9 @@
 It runs the ``sweep`` flow here (``flows/sweep.py``) against the Prefect server at ``PREFECT_API_URL``;
 the variants land through each host's ``land/<host>`` deployment on that host's worker (``roost setup``
 first). ``--dry-run`` needs neither: it plans every variant from the Hub's headers and prints what would
-be landed or refused. Exit 0 when every variant was measured (or refused by its plan), 1 when one is
-missing or failed, 2 for unusable input.
+be landed or refused (exit 1 when one is refused). Exit 0 when every variant was measured or refused by
+its plan and at least one was measured, 1 when one is missing or failed or none was measured, 2 for
+unusable input.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ in a local directory, a directory the team shares, or an S3-compatible bucket (`
 Layout under the store's root (keys: ``roost.store.layout``)::
 
     runs/model=<slug>/host=<host>/<run_id>.parquet            one row per run (metadata + headline): the commit
-    runs/_catalog/<newest run>-<n>-<digest>.parquet           the runs table compacted (roost.store.catalog)
+    runs/_catalog/<YYYYMM>/<newest run>-<n>-<digest>.parquet  the runs table compacted (roost.store.catalog)
+    runs/_late/model=<slug>/host=<host>/<run_id>.parquet      a copy of a run that committed late (same)
     points/model=<slug>/host=<host>/<run_id>.parquet          one row per BenchPoint, with run columns
     requests/model=<slug>/host=<host>/<run_id>.parquet        one row per benchmark request (timings, tokens, errors)
     notifications/model=<slug>/host=<host>/<run_id>-<n>.parquet  one row per notification attempt
@@ -21,7 +22,7 @@ clobber a row. A run is committed when its ``runs/`` object exists; it is writte
 record and the points, and every reader here returns committed runs only (a raw read of ``points``
 or ``requests`` may include the rows of a run that crashed before its commit: join on ``run_id``).
 A local store still reads with one pandas call (``pd.read_parquet(results_dir() / "points")``;
-``runs/_catalog`` is skipped by pyarrow, like every name starting with ``_`` or ``.``).
+``runs/_catalog`` and ``runs/_late`` are skipped by pyarrow, like every name starting with ``_`` or ``.``).
 
 Every row carries ``store_version`` (this layout and its columns) and ``schema_version``
 (``roost.records.SCHEMA_VERSION``). Columns are only ever added, never retyped; the partition keys
@@ -205,8 +206,9 @@ def append_run(record: RunRecord, root: StoreLike = None) -> StoredRun:
     if record.evals:
         evals_key = f"{partition_key('evals', meta.repo_id, meta.host)}{meta.run_id}.parquet"
         _put(store, evals_key, parquet_bytes(eval_rows(record), EVALS_SCHEMA), once=True)
-    store.put_new(run_key, parquet_bytes([run_row(record, store.display(rec_key))], RUNS_SCHEMA))
-    _maybe_compact(store, meta)
+    row = parquet_bytes([run_row(record, store.display(rec_key))], RUNS_SCHEMA)
+    store.put_new(run_key, row)
+    _after_commit(store, meta, run_key, row)
     return StoredRun(run_id=meta.run_id, run_path=store.display(run_key),
                      points_path=store.display(points_key) if points_key else None,
                      record_path=store.display(rec_key))
@@ -216,17 +218,18 @@ def _runs_schema() -> pa.Schema:
     return RUNS_SCHEMA.append(pa.field("model", pa.string())).append(pa.field("host", pa.string()))
 
 
-def _maybe_compact(store: ObjectStore, meta: RunMeta) -> None:
-    """Compact after a commit when the partition has :data:`catalog.COMPACT_AFTER` runs past the
-    watermark, or when this run started behind it (a landing longer than the late-commit window)."""
+def _after_commit(store: ObjectStore, meta: RunMeta, run_key: str, row: bytes) -> None:
+    """A late commit's copy under ``runs/_late/`` (``catalog.commit_late``), then a compaction when the
+    partition has :data:`catalog.COMPACT_AFTER` runs past the newest catalog. Neither fails the run (it is
+    committed): a failure is logged, and through ``KeepLocalCopy`` a copy the store did not take is kept and
+    pushed like the rest of the run."""
     try:
-        model, host = slug(meta.repo_id), slug(meta.host)
-        fresh, watermark = catalog.fresh_count(store, model, host)
-        late = bool(watermark) and meta.run_id[:16] <= watermark
-        if fresh >= catalog.COMPACT_AFTER or late:
-            catalog.compact(store, _runs_schema(), full=[(model, host)] if late else ())
+        cat = catalog.newest_catalog(store)
+        catalog.commit_late(store, run_key, row, catalog.read_watermark(store, cat) if cat is not None else "")
+        if catalog.fresh_count(store, slug(meta.repo_id), slug(meta.host), cat) >= catalog.COMPACT_AFTER:
+            catalog.compact(store, _runs_schema())
     except Exception as exc:  # the run is committed; the catalog only makes reads faster
-        log.warning("results store %s: could not compact the runs catalog: %s", store.url, exc)
+        log.warning("results store %s: after committing %s: %s", store.url, meta.run_id, exc)
 
 
 def compact(root: StoreLike = None) -> str | None:

@@ -5,20 +5,24 @@ start time, so a partition's keys are in start order). Reading 100,000 of them o
 minutes on an object store; instead, from time to time, :func:`compact` writes every row known so far
 into one new object::
 
-    runs/_catalog/<newest run id>-<runs held>-<digest>.parquet
+    runs/_catalog/<YYYYMM of its newest run>/<newest run id>-<runs held>-<digest>.parquet
 
 sorted by partition (model, host) and start, in row groups of :data:`ROW_GROUP_ROWS` whose statistics let a
 reader fetch only the groups of the partition it wants (a ranged GET per group on an object store). Its
 Parquet metadata carries a *watermark*: the newest run id it holds minus :data:`LATE_COMMIT_WINDOW`.
-A reader takes the newest catalog and, per partition it reads, lists only the keys after the
-watermark (``start_after``), keeping the rows the catalog does not have. A run that started before the
-watermark and commits after the catalog was written (a landing of more than a week) would be missed,
-so the writer of such a run compacts right after committing it (``roost.store.append_run``).
+A reader takes the newest catalog (the newest month's folder, listed alone) and, per partition it reads,
+lists only the keys after the watermark (``start_after``), keeping the rows the catalog does not have.
+
+A run that commits long after it started (a landing of more than :data:`LATE_AFTER`, or one kept on a
+worker while the store was unreachable and pushed days later) could be behind the watermark of a
+catalog written meanwhile, so its writer also puts a copy under ``runs/_late/model=M/host=H/``
+(:func:`commit_late`), a folder every reader and compaction lists whole (it holds only such runs).
 
 Nothing is rewritten: a compaction writes a new object under a new name (``If-None-Match`` on S3, a
 link on a directory), the per-run objects stay where they are (pandas and older roost releases read
-them), and two compactions at once both write complete catalogs (a reader takes the newest name;
-whatever either missed is after its watermark, so the reader finds it in the partition listing).
+them; pyarrow skips ``_catalog`` and ``_late``), and two compactions at once both write complete
+catalogs (a reader takes the newest name; whatever either missed is after its watermark or under
+``_late``, so the reader finds it).
 
 Objects that are not readable Parquet (truncated by a tool that does not write atomically, or a
 stray file) are skipped with a warning and counted in :class:`ReadStats`; they never fail a read.
@@ -38,8 +42,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from roost.records import RUN_ID_TIME
 from roost.store.atomic import AlreadyStored
-from roost.store.layout import CATALOG_PREFIX
+from roost.store.layout import CATALOG_PREFIX, LATE_PREFIX
 from roost.store.objects import MissingObject, ObjectInfo, ObjectStore
 
 log = logging.getLogger("roost.store")
@@ -48,7 +53,11 @@ ROW_GROUP_ROWS = 1024
 """Rows per catalog row group: a partition's read fetches about this many rows more than it needs."""
 
 LATE_COMMIT_WINDOW = dt.timedelta(days=7)
-"""How long before its commit a run may have started and still be found after the catalog's watermark."""
+"""How far behind a catalog's newest run its watermark is: a run started within it is found by listing."""
+
+LATE_AFTER = LATE_COMMIT_WINDOW - dt.timedelta(days=1)
+"""A run committing this long after its start also goes under ``runs/_late/`` (a day's margin for clocks)."""
+
 
 COMPACT_AFTER = 16
 """A partition with this many runs after the catalog's watermark gets a new catalog on the next commit."""
@@ -72,12 +81,6 @@ class ReadStats:
     bytes: int = 0
     skipped: list[str] = field(default_factory=list)
     catalog: str = ""
-
-    def add(self, other: ReadStats) -> None:
-        self.requests += other.requests
-        self.objects += other.objects
-        self.bytes += other.bytes
-        self.skipped += other.skipped
 
 
 def fetch_all(store: ObjectStore, keys: Sequence[str], stats: ReadStats | None = None) -> dict[str, bytes]:
@@ -156,7 +159,7 @@ def _prefix(table: str, model: str, host: str) -> str:
 
 def _slug_columns(key: str) -> dict[str, str]:
     """The partition of an object as the ``model`` and ``host`` columns (hive partitioning's)."""
-    parts = dict(p.split("=", 1) for p in key.split("/")[1:3] if "=" in p)
+    parts = dict(p.split("=", 1) for p in key.split("/")[:-1] if "=" in p)
     return {"model": parts.get("model", ""), "host": parts.get("host", "")}
 
 
@@ -187,13 +190,64 @@ class Catalog:
 
 
 def newest_catalog(store: ObjectStore, stats: ReadStats | None = None) -> Catalog | None:
-    found = [o for o in store.list_objects(CATALOG_PREFIX) if o.key.endswith(".parquet")]
+    """The newest catalog: the newest month's folder listed (two requests, however many catalogs there are)."""
+    months = sorted((d for d in store.list_dirs(CATALOG_PREFIX) if d.isdigit()), reverse=True)
     if stats is not None:
         stats.requests += 1
-    if not found:
+    for month in months:
+        found = [o for o in store.list_objects(f"{CATALOG_PREFIX}{month}/") if o.key.endswith(".parquet")]
+        if stats is not None:
+            stats.requests += 1
+        if found:
+            newest = max(found, key=lambda o: o.key)
+            return Catalog(newest.key, newest.size)
+    return None
+
+
+def run_started(run_id: str) -> dt.datetime | None:
+    """The UTC start a run id begins with; None for an id not of roost's form (a row another tool wrote)."""
+    try:
+        return dt.datetime.strptime(run_id[:16], RUN_ID_TIME).replace(tzinfo=dt.UTC)
+    except ValueError:
         return None
-    newest = max(found, key=lambda o: o.key)
-    return Catalog(newest.key, newest.size)
+
+
+def late_key(run_key: str) -> str:
+    """``runs/model=M/host=H/<run>.parquet`` -> ``runs/_late/model=M/host=H/<run>.parquet``."""
+    return LATE_PREFIX + run_key.removeprefix("runs/")
+
+
+def commit_late(store: ObjectStore, run_key: str, data: bytes, watermark: str | None = None,
+                now: dt.datetime | None = None) -> bool:
+    """Also put a committed run under ``runs/_late/`` when it started :data:`LATE_AFTER` or more before
+    ``now`` or behind ``watermark`` (None: the newest catalog's); whether it did."""
+    if run_key.startswith(LATE_PREFIX):
+        return False
+    run_id = run_key.rpartition("/")[2].removesuffix(".parquet")
+    started = run_started(run_id)
+    late = started is not None and started <= (now or dt.datetime.now(dt.UTC)) - LATE_AFTER
+    if not late:
+        if watermark is None:
+            cat = newest_catalog(store)
+            watermark = read_watermark(store, cat) if cat is not None else ""
+        late = bool(watermark) and run_id[:16] <= watermark
+    if late:
+        with contextlib.suppress(AlreadyStored):
+            store.put_new(late_key(run_key), data)
+        log.info("results store %s: run %s committed after the late-commit window, also under %s", store.url,
+                 run_id, LATE_PREFIX)
+    return late
+
+
+def list_late(store: ObjectStore, model: str | None, host: str | None,
+              stats: ReadStats | None = None) -> list[ObjectInfo]:
+    """The late commits of the partitions asked for (one listing: the folder holds only late runs)."""
+    prefix = LATE_PREFIX + (f"model={model}/" if model is not None else "")
+    found = store.list_objects(prefix)
+    if stats is not None:
+        stats.requests += 1
+    return [o for o in found if o.key.endswith(".parquet")
+            and (host is None or f"/host={host}/" in o.key)]
 
 
 class _RangeFile(io.RawIOBase):
@@ -309,12 +363,10 @@ def read_catalog(store: ObjectStore, cat: Catalog, model: str | None = None, hos
 
 
 def watermark_for(newest_run_id: str) -> str:
-    """The run-id prefix the catalog is complete up to: its newest run's start minus the late-commit window."""
-    try:
-        started = dt.datetime.strptime(newest_run_id[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return ""  # not roost's run-id form (a test's "r1"): no watermark, every object is read
-    return (started - LATE_COMMIT_WINDOW).strftime("%Y%m%dT%H%M%SZ")
+    """The run-id prefix the catalog is complete up to: its newest run's start minus the late-commit window
+    ("" for an id not of roost's form: no watermark, every object is listed)."""
+    started = run_started(newest_run_id)
+    return (started - LATE_COMMIT_WINDOW).strftime(RUN_ID_TIME) if started is not None else ""
 
 
 def conform_all(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
@@ -350,19 +402,27 @@ def read_runs(store: ObjectStore, schema: pa.Schema, model: str | None = None, h
         rows, watermark = read_catalog(store, cat, model, host, stats)
         tables.append(rows.drop_columns([c for c in rows.column_names if c not in schema.names]))
         known = set(rows["run_id"].to_pylist())
-    fresh: list[str] = []
-    for m, h in partitions(store, "runs", model, host, stats):
-        for o in list_partition(store, "runs", m, h, watermark or None, stats):
-            if o.key.rpartition("/")[2].removesuffix(".parquet") not in known:
-                fresh.append(o.key)
+    fresh = _unknown([o for m, h in partitions(store, "runs", model, host, stats)
+                      for o in list_partition(store, "runs", m, h, watermark or None, stats)]
+                     + list_late(store, model, host, stats), known)
     blobs = fetch_all(store, fresh, stats)
     tables += parse_tables(blobs, store, stats, _slug_columns)
     if not tables:
         return schema.empty_table()
     table = conform_all(tables, schema)
-    if cat is not None and len(fresh):  # a run both in the catalog and listed (before it was known): once
+    if len(fresh):  # a run both in the catalog and listed (before it was known), or listed twice: once
         table = _dedupe(table)
     return table
+
+
+def _unknown(objects: Iterable[ObjectInfo], known: set[str]) -> list[str]:
+    """The keys of runs not in ``known``, each run once (a late run is listed twice: its object and its copy)."""
+    out: dict[str, str] = {}
+    for o in objects:
+        run_id = o.key.rpartition("/")[2].removesuffix(".parquet")
+        if run_id not in known:
+            out.setdefault(run_id, o.key)
+    return list(out.values())
 
 
 def _dedupe(table: pa.Table) -> pa.Table:
@@ -374,13 +434,9 @@ def _dedupe(table: pa.Table) -> pa.Table:
     return table.filter(pa.array(keep))
 
 
-def fresh_count(store: ObjectStore, model: str, host: str) -> tuple[int, str]:
-    """How many of the partition's runs are newer than the newest run of the newest catalog, and that
-    catalog's watermark ("" when there is no catalog: every run is new)."""
-    cat = newest_catalog(store)
-    if cat is None:
-        return len(list_partition(store, "runs", model, host)), ""
-    return len(list_partition(store, "runs", model, host, cat.newest_run)), read_watermark(store, cat)
+def fresh_count(store: ObjectStore, model: str, host: str, cat: Catalog | None) -> int:
+    """How many of the partition's runs are newer than the newest run of ``cat`` (every run without one)."""
+    return len(list_partition(store, "runs", model, host, cat.newest_run if cat is not None else None))
 
 
 def read_watermark(store: ObjectStore, cat: Catalog) -> str:
@@ -388,11 +444,10 @@ def read_watermark(store: ObjectStore, cat: Catalog) -> str:
     return str((pf.metadata.metadata or {}).get(_WATERMARK, b"").decode())
 
 
-def compact(store: ObjectStore, schema: pa.Schema, full: Iterable[tuple[str, str]] = ()) -> str | None:
+def compact(store: ObjectStore, schema: pa.Schema) -> str | None:
     """Write a new catalog holding every committed run; its key, or None when nothing is new.
 
-    Each partition is listed after the previous catalog's watermark only (``full``: these partitions
-    from their first key, for a run that committed behind the watermark)."""
+    Each partition is listed after the previous catalog's watermark only, and ``runs/_late/`` whole."""
     stats = ReadStats()
     cat = newest_catalog(store, stats)
     tables: list[pa.Table] = []
@@ -402,12 +457,9 @@ def compact(store: ObjectStore, schema: pa.Schema, full: Iterable[tuple[str, str
         rows, watermark = read_catalog(store, cat, stats=stats)
         tables.append(rows.drop_columns([c for c in rows.column_names if c not in schema.names]))
         known = set(rows["run_id"].to_pylist())
-    full_set = set(full)
-    fresh: list[str] = []
-    for m, h in partitions(store, "runs", stats=stats):
-        after = None if (m, h) in full_set else (watermark or None)
-        fresh += [o.key for o in list_partition(store, "runs", m, h, after, stats)
-                  if o.key.rpartition("/")[2].removesuffix(".parquet") not in known]
+    fresh = _unknown([o for m, h in partitions(store, "runs", stats=stats)
+                      for o in list_partition(store, "runs", m, h, watermark or None, stats)]
+                     + list_late(store, None, None, stats), known)
     new = parse_tables(fetch_all(store, fresh, stats), store, stats, _slug_columns)
     if not new:
         return None
@@ -439,7 +491,8 @@ def write_catalog(store: ObjectStore, table: pa.Table) -> str:
     digest = hashlib.sha256("\n".join(run_ids).encode()).hexdigest()[:12]
     # the newest catalog sorts last: by its newest run, then by how many runs it holds (a compaction
     # for a late commit adds an older run)
-    key = f"{CATALOG_PREFIX}{_safe(newest)}-{table.num_rows:010d}-{digest}.parquet"
+    month = newest[:6] if newest[:6].isdigit() else "000000"
+    key = f"{CATALOG_PREFIX}{month}/{_safe(newest)}-{table.num_rows:010d}-{digest}.parquet"
     with contextlib.suppress(AlreadyStored):  # another worker compacted the same runs at once: the same catalog
         store.put_new(key, sink.getvalue().to_pybytes())
     log.info("results store %s: compacted %d runs into %s", store.url, table.num_rows, key)

@@ -2,7 +2,8 @@
 
     <table>/model=<slug>/host=<slug>/<run_id>...parquet     one object per run (and per task / attempt)
     records/model=<slug>/host=<slug>/<run_id>.json          the full RunRecord
-    runs/_catalog/<newest run id>-<digest>.parquet          the runs table compacted (roost.store.catalog)
+    runs/_catalog/<YYYYMM>/<newest run id>-<n>-<digest>.parquet   the runs table compacted (roost.store.catalog)
+    runs/_late/model=<slug>/host=<host>/<run_id>.parquet     a copy of a run that committed late (same)
 
 Reports are files on the worker that rendered them: ``<results dir>/reports/model=<slug>/host=<slug>/<run_id>/``.
 """
@@ -20,6 +21,7 @@ from roost.settings import results_dir
 TABLES = ("runs", "points", "requests", "notifications", "evals", "eval_answers")
 
 CATALOG_PREFIX = "runs/_catalog/"
+LATE_PREFIX = "runs/_late/"
 
 
 def slug(text: str) -> str:

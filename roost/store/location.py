@@ -65,12 +65,6 @@ class StoreLocation(BaseModel):
     bucket: str = ""
     prefix: str = ""
 
-    @property
-    def url(self) -> str:
-        if self.kind == "dir":
-            return str(self.path)
-        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
-
 
 def parse_store_url(url: str, field: str = STORE_ENV) -> StoreLocation:
     """``url`` as a store location; a UserError naming ``field`` when it cannot be one."""
@@ -115,12 +109,10 @@ def open_store(url: str | Path | None = None, credentials: StoreCredentials | No
         return LocalStore(loc.path)
     from roost.store.s3 import S3Store
 
-    return S3Store(loc.bucket, loc.prefix, credentials if credentials is not None else StoreCredentials.from_env())
-
-
-def configured_url() -> str:
-    """``ROOST_RESULTS_STORE`` (validated), or ``""`` when unset."""
-    url = os.environ.get(STORE_ENV, "")
-    if url.strip():
-        parse_store_url(url, STORE_ENV)
-    return url.strip()
+    creds = credentials if credentials is not None else StoreCredentials.from_env()
+    if creds is not None and creds.endpoint_url:
+        endpoint = urllib.parse.urlsplit(creds.endpoint_url)
+        if endpoint.username is not None or endpoint.password is not None or "@" in endpoint.netloc:
+            raise UserError(f"{field}: the credentials' endpoint URL carries a user or password; give the endpoint "
+                            "without them (the keys go in access_key_id and secret_access_key)")
+    return S3Store(loc.bucket, loc.prefix, creds)

@@ -19,6 +19,7 @@ Messages name the store by its URL, never by credentials.
 from __future__ import annotations
 
 import abc
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,14 +33,17 @@ __all__ = ["AlreadyStored", "LocalStore", "MissingObject", "ObjectInfo", "Object
 
 
 class StoreError(RoostError):
-    """The results store refused or failed an operation (credentials, permissions, a bad answer)."""
+    """The results store refused or failed an operation (credentials, permissions, a bad answer). For a
+    command, a store it cannot use as given: exit 2."""
 
+    exit_code = 2
     failure_class = "results_store_error"
 
 
 class StoreUnreachable(StoreError):
     """The results store did not answer (network, DNS, a timeout, a server down)."""
 
+    exit_code = 1
     failure_class = "results_store_unreachable"
     remediation = ("the results are kept in a local copy; once the store answers, `roost results push` "
                    "uploads them (the next run on this worker does it too)")
@@ -47,6 +51,12 @@ class StoreUnreachable(StoreError):
 
 class MissingObject(StoreError, FileNotFoundError):
     """No object under that key."""
+
+    exit_code = 1
+
+
+_UNREACHABLE_ERRNOS = {errno.ESTALE, errno.EIO, errno.ENOTCONN, errno.EHOSTDOWN, errno.EHOSTUNREACH, errno.ETIMEDOUT}
+"""What a shared directory (NFS and the like) answers when its server is away."""
 
 
 class ObjectInfo(NamedTuple):
@@ -62,7 +72,8 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def put_new(self, key: str, data: bytes) -> None:
-        """Create ``key`` holding ``data``; ``AlreadyStored`` when the key exists."""
+        """Create ``key`` holding ``data``; ``AlreadyStored`` when the key exists (an object store may count one
+        holding exactly ``data`` as this write: its own retry of a PUT whose first attempt landed)."""
 
     @abc.abstractmethod
     def get(self, key: str) -> bytes:
@@ -112,7 +123,13 @@ class LocalStore(ObjectStore):
         return self.root / key
 
     def put_new(self, key: str, data: bytes) -> None:
-        atomic_write_bytes(self._path(key), data)  # a full disk is its OSError, as for any file
+        try:
+            atomic_write_bytes(self._path(key), data)
+        except AlreadyStored:
+            raise
+        except OSError as exc:  # a full disk, a read-only or unmounted share: one sentence, the class of it
+            cls = StoreUnreachable if exc.errno in _UNREACHABLE_ERRNOS else StoreError
+            raise cls(f"results store {self.url}: could not write {key}: {exc.strerror or exc}") from None
 
     def get(self, key: str) -> bytes:
         try:

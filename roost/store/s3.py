@@ -71,13 +71,13 @@ class S3Store(ObjectStore):
         text = " ".join(str(exc).split()) or type(exc).__name__
         return redact(text, self._secrets)[:400]
 
-    def _fail(self, exc: Exception, key: str) -> Exception:
+    def _fail(self, exc: Exception, key: str, writing: bool = False) -> Exception:
         """obstore's exception as roost's (the original is dropped: it may carry request details)."""
         from obstore import exceptions as e
 
         where = f"{self.url}/{key}" if key else self.url
         message = self._clean(exc)
-        if "NoSuchBucket" in message:
+        if "NoSuchBucket" in str(exc) or (writing and isinstance(exc, e.NotFoundError | FileNotFoundError)):
             return StoreError(f"results store {self.url}: bucket {self.bucket!r} does not exist; create it or fix the URL")
         if isinstance(exc, e.NotFoundError | FileNotFoundError):  # obstore raises the builtin on a GET
             return MissingObject(f"{where}: no such object in the results store")
@@ -94,7 +94,17 @@ class S3Store(ObjectStore):
         try:
             obstore.put(self._store, key, data, mode="create")
         except Exception as exc:
-            raise self._fail(exc, key) from None
+            failure = self._fail(exc, key, writing=True)
+            if isinstance(failure, AlreadyStored) and self._holds(key, data):
+                return  # a retried PUT whose first attempt landed (the client retries timeouts): stored once
+            raise failure from None
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        """Whether ``key`` holds exactly ``data``."""
+        try:
+            return self.get(key) == data
+        except StoreError:
+            return False
 
     def get(self, key: str) -> bytes:
         import obstore

@@ -24,7 +24,7 @@ from roost.regress import RegressConfig, pooled_sd
 from roost.sweep.state import VariantState
 
 Objective = Literal["peak-output", "decode", "ttft"]
-OBJECTIVES: dict[str, str] = {"peak-output": C.PEAK_OUTPUT.name, "decode": C.DECODE.name, "ttft": C.TTFT.name}
+OBJECTIVES: dict[str, Metric] = {"peak-output": C.PEAK_OUTPUT, "decode": C.DECODE, "ttft": C.TTFT}
 """Objective -> the headline metric it is (decode and TTFT at the run's reference prompt)."""
 
 
@@ -96,8 +96,8 @@ def compare(states: list[VariantState], records: dict[str, RunRecord], objective
             config: RegressConfig | None = None) -> SweepComparison:
     """The comparison of every variant (``records``: run id -> record of the done and measured ones)."""
     cfg = config or RegressConfig()
-    prefix = OBJECTIVES[objective]
-    metric = {"peak-output": C.PEAK_OUTPUT, "decode": C.DECODE, "ttft": C.TTFT}[objective]
+    metric = OBJECTIVES[objective]
+    prefix = metric.name
     rows: list[VariantRow] = []
     measured: list[tuple[VariantRow, Measured]] = []
     concurrencies: set[int] = set()

@@ -20,8 +20,6 @@ from roost.serve.base import SECRET_FLAGS
 MAX_VARIANTS = 64
 """A grid larger than this is refused: each variant is a cold load (minutes on a Spark)."""
 
-SWITCH_VALUES = ("on", "off")
-
 _FLAG = re.compile(r"[a-z0-9][a-z0-9-]*")
 _VALUE = re.compile(r"[A-Za-z0-9._:+\-/{}\"'\[\], ]+")
 

@@ -28,10 +28,15 @@ def _row(r: VariantRow, comparison: SweepComparison) -> list[str]:
     return cells
 
 
+def _heads(comparison: SweepComparison) -> list[str]:
+    """The columns of the comparison's table (Markdown and the table artifact alike)."""
+    return ["variant", "status", "host", "peak output", "knee", "decode", "TTFT",
+            *[f"tok/s @ {c}" for c in comparison.concurrencies], "run"]
+
+
 def render(comparison: SweepComparison, *, title: str, chart: str | None = None, notes: list[str] | None = None) -> str:
     """The comparison as a Markdown document; ``chart`` is an image source (a URL, a data URI or a path)."""
-    heads = ["variant", "status", "host", "peak output", "knee", "decode", "TTFT",
-             *[f"tok/s @ {c}" for c in comparison.concurrencies], "run"]
+    heads = _heads(comparison)
     lines = [f"# {title}", "", f"**{comparison.summary}** (objective: {comparison.metric.label})", ""]
     lines += [f"- {n}" for n in notes or []]
     if notes:
@@ -63,6 +68,4 @@ def render(comparison: SweepComparison, *, title: str, chart: str | None = None,
 
 def table_rows(comparison: SweepComparison) -> list[dict[str, str]]:
     """The comparison as rows for a Prefect table artifact."""
-    heads = ["variant", "status", "host", "peak output", "knee", "decode", "TTFT",
-             *[f"tok/s @ {c}" for c in comparison.concurrencies], "run"]
-    return [dict(zip(heads, _row(r, comparison), strict=True)) for r in comparison.rows]
+    return [dict(zip(_heads(comparison), _row(r, comparison), strict=True)) for r in comparison.rows]

@@ -87,6 +87,10 @@ class SweepState(BaseModel):
         self.lost[v.host] = reason
         v.status, v.reason = "missing", reason
 
+    def not_stored(self, v: VariantState, reason: str) -> None:
+        """The landing ended, but what it measured cannot be read: the variant is missing, the host goes on."""
+        v.status, v.reason = "missing", reason
+
     def unclaimed(self, v: VariantState, reason: str) -> None:
         """No worker took the landing: the host is lost, the variant goes back for another host."""
         self.lost[v.host] = reason
@@ -102,10 +106,6 @@ class SweepState(BaseModel):
                 v.status, v.reason = "missing", f"no host left to land it ({why})"
             return False
         return bool(self.pending)
-
-    @property
-    def missing(self) -> list[VariantState]:
-        return [v for v in self.variants if v.status == "missing"]
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -19,6 +19,7 @@ from roost import store
 from roost.errors import UserError
 from roost.notify import NotifyResult
 from roost.records import SCHEMA_VERSION, BenchPoint, RunMeta, RunRecord, ServeObservation
+from roost.store.objects import StoreError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,7 +150,7 @@ def test_a_failed_rename_leaves_no_file_and_no_temporary(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(os, "link", broken_link)
     monkeypatch.setattr(os, "replace", broken_link)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(StoreError, match="No space"):
         store.append_run(make_run("r2", 2), tmp_path)
     names = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
     assert names == ["r1.json", "r1.parquet", "r1.parquet"]

@@ -18,8 +18,10 @@ from support.samples import spark_run
 from roost import store
 from roost.hosts import CPU
 from roost.net import free_port
+from roost.store import catalog
 from roost.store.fallback import KeepLocalCopy, pending_dir, push_pending
-from roost.store.objects import StoreUnreachable
+from roost.store.layout import slug
+from roost.store.objects import StoreError, StoreUnreachable
 from roost.store.s3 import S3Store
 from tasks.report import build_report
 
@@ -113,3 +115,27 @@ def test_a_run_whose_store_is_unreachable_fails_with_its_class_and_push_recovers
                              text=True, timeout=300, env={**os.environ, "AWS_ENDPOINT_URL": own_s3.url})
     assert listing.returncode == 0, listing.stderr
     assert [r["run_id"] for r in json.loads(listing.stdout)] == [row["run_id"]]
+
+
+def test_a_store_refusing_a_write_keeps_the_rest_of_the_run_with_it_even_once_it_takes_writes(
+        own_s3: MotoS3, tmp_path: Path) -> None:
+    """Not only an unreachable store: a bucket that is not there (a refusal, ``results_store_error``) keeps
+    the object locally too, and every later object of the run follows it, so the run's commit never lands
+    without its record even when the store takes writes again mid-run."""
+    target = S3Store("created-late", "results", own_s3.credentials())
+    kept = KeepLocalCopy(target, tmp_path / "pending")
+    rec = spark_run(day=6)
+    store.append_requests(rec.meta, [{"request_id": "q1", "ttft_s": 0.1}], kept)  # NoSuchBucket
+    own_s3.create_bucket("created-late")  # the store takes writes from now on
+    store.append_run(rec, kept)
+    assert target.list_objects("") == []  # nothing of the run went to the store alone
+    failure = kept.kept_failure()
+    assert type(failure) is StoreError and failure.failure_class == "results_store_error"
+    assert "refused a write" in kept.message and "does not exist" in kept.message
+    uploaded, _ = push_pending(target, tmp_path / "pending")
+    assert uploaded == len(kept.deferred)
+    run_key = f"runs/model={slug(rec.meta.repo_id)}/host={slug(rec.meta.host)}/{rec.meta.run_id}.parquet"
+    # the run started months ago: pushed now, it is also a late commit (runs/_late/, read whatever the catalog)
+    assert target.exists(run_key) and target.exists(catalog.late_key(run_key))
+    assert list(store.load_runs(target)["run_id"]) == [rec.meta.run_id]
+    assert store.load_record(rec.meta.run_id, target).points == rec.points

@@ -54,6 +54,17 @@ def test_a_directory_store_never_lists_a_file_still_being_written(tmp_path: Path
         store.get("../outside")
 
 
+def test_an_s3_put_that_finds_its_own_bytes_there_counts_as_written(s3_store: S3Store) -> None:
+    """What obstore's retry of a PUT whose first attempt landed (its answer lost) meets: 412 on an object
+    holding exactly these bytes. That is this write, done; other bytes under the key are another's."""
+    key = "records/model=m/host=h/r1.json"
+    s3_store.put_new(key, b"the record")
+    s3_store.put_new(key, b"the record")  # the retry: no AlreadyStored
+    with pytest.raises(AlreadyStored):
+        s3_store.put_new(key, b"another record")
+    assert s3_store.get(key) == b"the record"
+
+
 def test_two_writers_racing_for_one_key_leave_exactly_one_whole_object(any_store: ObjectStore) -> None:
     key = "runs/model=m/host=h/contested.parquet"
     won: list[bytes] = []

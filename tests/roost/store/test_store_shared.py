@@ -22,6 +22,7 @@ from support.samples import earlier_runs, spark_run
 from roost import store
 from roost.records import RunRecord
 from roost.store import catalog
+from roost.store.layout import slug
 from roost.store.objects import LocalStore, ObjectStore
 from roost.store.s3 import S3Store
 from tasks.report import build_report
@@ -109,6 +110,28 @@ def test_a_run_that_commits_long_after_it_started_is_not_lost_behind_the_waterma
     store.append_run(slow, any_store)
     assert slow.meta.run_id in set(store.load_runs(any_store, model=REPO, host="spark")["run_id"])
     assert slow.meta.run_id in set(store.load_runs(any_store)["run_id"])
+
+
+def test_a_late_run_a_concurrent_compaction_missed_is_still_read(any_store: ObjectStore) -> None:
+    """A compaction that listed the partition just before a late run committed writes a catalog whose
+    watermark is past the run's start: the run's copy under runs/_late/ keeps it visible."""
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    recent = [run_at(now - dt.timedelta(hours=3 - i), i) for i in range(3)]
+    for rec in recent:
+        store.append_run(rec, any_store)
+    listed_before = catalog.read_runs(any_store, store._runs_schema())  # what the racing compaction read
+    slow = run_at(now - dt.timedelta(days=9), 77)  # a nine-day landing, committing now
+    store.append_run(slow, any_store)
+    assert any_store.exists(catalog.late_key(f"runs/model={slug(REPO)}/host=spark/{slow.meta.run_id}.parquet"))
+    catalog.write_catalog(any_store, listed_before)
+    newest = catalog.newest_catalog(any_store)
+    assert newest is not None and catalog.read_watermark(any_store, newest) > slow.meta.run_id[:16]
+    assert slow.meta.run_id in set(store.load_runs(any_store, model=REPO, host="spark")["run_id"])
+    runs = store.load_runs(any_store)
+    assert runs["run_id"].is_unique and len(runs) == 4
+    store.compact(any_store)  # and the next compaction takes it in
+    stats = store.ReadStats()
+    assert len(store.load_runs(any_store, stats=stats)) == 4 and stats.objects == 0
 
 
 def test_runs_compact_by_themselves_as_a_partition_grows(any_store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -71,18 +71,21 @@ def test_missing_failed_and_refused_variants_are_named_with_why() -> None:
 
 def test_a_variant_measured_before_on_the_hosts_current_image_is_found() -> None:
     args = ["--max-num-seqs", "20"]
+    base = {"status": "completed", "profile": "p", "repo_id": "m", "commit": "c1", "vllm_args": json.dumps(args),
+            "image_digest": "sha:a", "vllm_version": "0.24"}
     rows = pd.DataFrame([
-        {"run_id": "r1", "started_at": pd.Timestamp("2026-11-01", tz="UTC"), "status": "completed", "repo_id": "m",
-         "commit": "c1", "vllm_args": json.dumps(args), "host_name": "spark", "image_digest": "sha:a", "vllm_version": "0.24"},
-        {"run_id": "r2", "started_at": pd.Timestamp("2026-11-02", tz="UTC"), "status": "completed", "repo_id": "m",
-         "commit": "c1", "vllm_args": json.dumps(args), "host_name": "spark-2", "image_digest": "sha:a", "vllm_version": "0.24"},
-        {"run_id": "r3", "started_at": pd.Timestamp("2026-11-03", tz="UTC"), "status": "completed", "repo_id": "other",
-         "commit": "x", "vllm_args": "[]", "host_name": "spark-2", "image_digest": "sha:b", "vllm_version": "0.25"},
+        {**base, "run_id": "r1", "started_at": pd.Timestamp("2026-11-01", tz="UTC"), "host_name": "spark"},
+        {**base, "run_id": "r2", "started_at": pd.Timestamp("2026-11-02", tz="UTC"), "host_name": "spark-2"},
+        {**base, "run_id": "r3", "started_at": pd.Timestamp("2026-11-03", tz="UTC"), "host_name": "spark",
+         "profile": "p-longer-bench"},  # the same flags measured with other benchmark settings: not this profile's
+        {**base, "run_id": "r4", "started_at": pd.Timestamp("2026-11-04", tz="UTC"), "repo_id": "other", "commit": "x",
+         "vllm_args": "[]", "host_name": "spark-2", "image_digest": "sha:b", "vllm_version": "0.25"},
     ])
     images = host_images(rows, ["spark", "spark-2"])
     assert images == {"spark": ("sha:a", "0.24"), "spark-2": ("sha:b", "0.25")}  # spark-2 was rebuilt since r2
-    found = measured_earlier(rows, "m", "c1", args, ["spark", "spark-2"], images)
-    assert found is not None and found["run_id"] == "r1"
-    assert measured_earlier(rows, "m", "c1", args, ["spark-2"], images) is None
-    assert measured_earlier(rows, "m", "c2", args, ["spark"], images) is None
-    assert measured_earlier(rows, "m", "c1", ["--max-num-seqs", "16"], ["spark"], images) is None
+    found = measured_earlier(rows, "p", "m", "c1", args, ["spark", "spark-2"], images)
+    assert [r["run_id"] for r in found] == ["r1"]
+    assert [r["run_id"] for r in measured_earlier(rows, "p-longer-bench", "m", "c1", args, ["spark"], images)] == ["r3"]
+    assert measured_earlier(rows, "p", "m", "c1", args, ["spark-2"], images) == []
+    assert measured_earlier(rows, "p", "m", "c2", args, ["spark"], images) == []
+    assert measured_earlier(rows, "p", "m", "c1", ["--max-num-seqs", "16"], ["spark"], images) == []

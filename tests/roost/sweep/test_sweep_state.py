@@ -42,7 +42,7 @@ def test_a_crashed_landing_loses_its_host_and_its_variant_the_rest_go_on_elsewhe
     s.finish(last[0], "run-4")
     assert not s.settle()
     assert s.counts() == {"done": 2, "missing": 1, "failed": 1}
-    assert [v.name for v in s.missing] == ["max-num-seqs=2"]
+    assert [v.name for v in s.variants if v.status == "missing"] == ["max-num-seqs=2"]
 
 
 def test_a_landing_nobody_takes_goes_back_for_another_host() -> None:
@@ -67,3 +67,13 @@ def test_with_no_host_left_what_is_pending_becomes_missing() -> None:
     assert not s.settle()
     assert [v.status for v in s.variants] == ["missing", "missing", "missing"]
     assert "no host left" in s.variants[1].reason and "spark: the landing crashed" in s.variants[1].reason
+
+
+def test_a_landing_that_completed_with_nothing_stored_is_missing_and_its_host_goes_on() -> None:
+    s = SweepState(hosts=["spark"], variants=[VariantState(variant=v) for v in variants(parse_grid(
+        ["max-num-seqs=1,2"]))])
+    (first, host), = s.assignments()
+    s.start(first, host, "fr-1")
+    s.not_stored(first, "completed, but its run is not in the store")
+    assert first.status == "missing" and s.lost == {}
+    assert [(v.name, h) for v, h in s.assignments()] == [("max-num-seqs=2", "spark")]
