@@ -154,8 +154,10 @@ def main() -> None:
     print(f"scratch: {tmp}")
     with PostgresServer(tmp / "pg", database="prefect") as pg, MotoS3(tmp / "moto") as s3:
         s3.create_bucket(BUCKET)
+        default_home = Path(os.environ.get("ROOST_HOME", Path.home() / ".cache" / "roost"))
         env = dict(os.environ, PREFECT_HOME=str(tmp / "prefect-home"), ROOST_HOME=str(tmp / "home"),
-                   ROOST_RESULTS_DIR=str(tmp / "local-results"))
+                   ROOST_RESULTS_DIR=str(tmp / "local-results"),  # the vLLM venv scripts/bootstrap made:
+                   ROOST_VLLM_PYTHON=os.environ.get("ROOST_VLLM_PYTHON", str(default_home / "vllm-venv/bin/python")))
         env.pop("PREFECT_API_URL", None)
         env.pop("ROOST_RESULTS_STORE", None)
         server, api = prefect_server(env | {"PREFECT_API_DATABASE_CONNECTION_URL": pg.url(

@@ -148,39 +148,36 @@ def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: 
     if flow_name in ("land", "audit", "rebenchmark"):
         params["profile"] = default_profile(host, profiles)
     params |= parameters or {}
-    dep = cast("RunnerDeployment", RunnerDeployment.from_storage(
-        storage=LocalStorage(str(source or repo_root())),
-        entrypoint=entrypoint or ENTRYPOINTS[flow_name],
-        name=host.name,
-        parameters=params,
+    return _runner_deployment(
+        source, entrypoint or ENTRYPOINTS[flow_name], host.name, params, profiles,
         schedule=Cron(cron, timezone=timezone) if cron else None,
         description=DESCRIPTIONS.get(flow_name, "{host}").format(host=host.name),
-        tags=["roost", f"host:{host.name}"],
-        work_pool_name=pool,
-        work_queue_name=host.name,
-        job_variables=copy.deepcopy(JOB_VARIABLES),
-        enforce_parameter_schema=True,
-        _sync=True,  # type: ignore[call-arg]
-    ))
-    schema = parameter_schema(dep)
-    _tune_schema(schema, sorted(profiles), dep.model_dump(mode="json", include={"parameters"})["parameters"])
-    set_parameter_schema(dep, schema)
-    return dep
+        tags=["roost", f"host:{host.name}"], pool=pool, queue=host.name)
 
 
 def build_sweep_deployment(pool: str, hosts: list[HostProfile], *, profiles: dict[str, ModelProfile],
                            source: Path | None = None) -> RunnerDeployment:
     """``sweep/<pool>`` on the ``sweep`` queue; its profile defaults to the first host's."""
     params: dict[str, Any] = {"profile": default_profile(hosts[0], profiles) if hosts else "local"}
+    return _runner_deployment(source, ENTRYPOINTS["sweep"], pool, params, profiles, schedule=None,
+                              description=DESCRIPTIONS["sweep"].format(host=pool), tags=["roost", "sweep"],
+                              pool=pool, queue=SWEEP_QUEUE)
+
+
+def _runner_deployment(source: Path | None, entrypoint: str, name: str, params: dict[str, Any],
+                       profiles: dict[str, ModelProfile], *, schedule: Any, description: str, tags: list[str],
+                       pool: str, queue: str) -> RunnerDeployment:
+    """One deployment from the checkout at ``source``, its parameter schema tuned (profiles as a choice)."""
     dep = cast("RunnerDeployment", RunnerDeployment.from_storage(
         storage=LocalStorage(str(source or repo_root())),
-        entrypoint=ENTRYPOINTS["sweep"],
-        name=pool,
+        entrypoint=entrypoint,
+        name=name,
         parameters=params,
-        description=DESCRIPTIONS["sweep"].format(host=pool),
-        tags=["roost", "sweep"],
+        schedule=schedule,
+        description=description,
+        tags=tags,
         work_pool_name=pool,
-        work_queue_name=SWEEP_QUEUE,
+        work_queue_name=queue,
         job_variables=copy.deepcopy(JOB_VARIABLES),
         enforce_parameter_schema=True,
         _sync=True,  # type: ignore[call-arg]

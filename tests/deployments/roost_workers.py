@@ -74,11 +74,11 @@ class Worker:
         return killed
 
 
-def worker_online(name: str, timeout_s: float = 120) -> None:
+def worker_online(name: str, timeout_s: float = 120, pool: str = POOL) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with get_client(sync_client=True) as client:
-            if any(w.name == name and w.status == "ONLINE" for w in client.read_workers_for_work_pool(POOL)):
+            if any(w.name == name and w.status == "ONLINE" for w in client.read_workers_for_work_pool(pool)):
                 return
         time.sleep(1)
     raise AssertionError(f"worker {name} did not come online in {timeout_s} s")

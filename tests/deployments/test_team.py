@@ -41,7 +41,7 @@ from prefect.client.schemas.filters import (
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from pydantic import SecretStr
-from roost_workers import BIN, HOLD_ENTRYPOINT, REPO, Worker, wait_final
+from roost_workers import BIN, HOLD_ENTRYPOINT, REPO, Worker, wait_final, worker_online
 from support.s3 import ACCESS_KEY, SECRET_KEY, MotoS3
 
 from blocks.hosts import HostBlock
@@ -95,23 +95,13 @@ class Team:
                                                 "PREFECT_WORKER_PREFETCH_SECONDS": "5"})
         w = Worker(name=name, queue=",".join(queues), proc=proc, log=log)
         self.workers[name] = w
-        _online(name)
+        worker_online(name, pool=POOL)
         return w
 
     def roost(self, *args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
         """The installed ``roost`` in a shell of the team's (no worker): the server, the store and its block."""
         return subprocess.run([str(BIN / "roost"), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
                               env=self.env)
-
-
-def _online(name: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with get_client(sync_client=True) as client:
-            if any(w.name == name and w.status == "ONLINE" for w in client.read_workers_for_work_pool(POOL)):
-                return
-        time.sleep(1)
-    raise AssertionError(f"worker {name} did not come online in {timeout_s} s")
 
 
 def _prefect_server(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
