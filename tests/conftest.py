@@ -6,6 +6,7 @@ The vLLM venv is the real one (``scripts/bootstrap`` makes it); nothing here is 
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -175,3 +176,43 @@ def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]
         yield VllmServerInfo(server.base_url, "tiny", key, spec.log_path, spec)  # type: ignore[arg-type]
     finally:
         server.stop()
+
+
+
+@functools.cache
+def _uses_docker(path: Path) -> bool:
+    """Whether a test file starts or needs the Docker engine (a ``docker`` mark, or the engine fixture)."""
+    text = path.read_text(errors="replace")
+    return "pytest.mark.docker" in text or "docker_engine" in text
+
+
+def _xdist_group(nodeid: str) -> str:
+    """The pytest-xdist work unit of a test: its file, or ``docker`` for every file that uses the engine.
+
+    A file is one unit, so its module fixtures (a landing, a set of workers) are set up once, on one worker.
+    The Docker files are one unit together: they share the engine and its nothing-left-behind guard, and
+    the containers they start carry deterministic names."""
+    path = nodeid.split("::", 1)[0]
+    return "docker" if _uses_docker(REPO / path) else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The two workers ``scripts/test`` runs (``-n 2``) take whole units (:func:`_xdist_group`) in
+    collection order, heaviest first (``pytest_collection_modifyitems``), so they end at about the same
+    time instead of one finishing the last landing alone. Each worker is a session of its own: its own
+    Prefect server, vLLM server, compile cache and ``ROOST_HOME`` (``_SESSION_DIR``)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _xdist_group(nodeid)
+
+    config.option.loadscopereorder = False  # xdist's own order (most tests first) puts the landings last
+    return ByUnit(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heavy files first: the Docker unit, then the files with slow tests, then the rest (stable within)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: 0 if _uses_docker(item.path) else 1 if item.path in slow else 2)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 from typing import Any
 
 import pytest
@@ -347,11 +348,18 @@ def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_serv
     url = urlsplit(vllm_server.base_url)
     # as in the agreement test: this process off the CPU vLLM's model worker is bound to, the server first
     with quiet_clients(vllm_server.base_url, [0]):
-        direct = [bench(i, vllm_server.base_url) for i in range(3)]
+        # three direct runs with a decode rate each: a run whose every token came in a burst (a loaded
+        # machine) has none, and the verdict needs three (``min_runs``): a few more runs are made then
+        direct: list[RunRecord] = []
+        while sum(1 for r in direct if r.points[0].decode_tok_s.median) < 3 and len(direct) < 6:
+            direct.append(bench(len(direct), vllm_server.base_url))
+        if sum(1 for r in direct if r.points[0].decode_tok_s.median) < 3:
+            pytest.skip(f"not judged: {len(direct)} direct runs gave fewer than 3 decode rates (every token in bursts: "
+                        "the machine is too loaded)")
         with SlowProxy(url.hostname or "127.0.0.1", url.port or 80, delay_s=0.1) as proxy:
-            slowed = bench(3, proxy.base_url)
+            slowed = bench(len(direct), proxy.base_url)
         assert proxy.connections > 0
-        fourth = bench(4, vllm_server.base_url)
+        fourth = bench(len(direct) + 1, vllm_server.base_url)
 
     (point,) = slowed.points
     name = f"decode_tok_s@prompt={point.prompt_tokens}"
@@ -366,15 +374,15 @@ def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_serv
     assert c is not None and c.verdict == "regressed", report
     assert report.status == "regressed" and name in {x.metric.name for x in report.regressions}
     # the proxy slowed the client's view only: vLLM's own TPOT did not move like that
-    base = {k: sorted(account[r.meta.run_id][k] for r in direct)[1] for k in ("ttft", "tpot")}
-    assert account["live-3"]["tpot"] < 2 * base["tpot"], account
+    base = {k: statistics.median(account[r.meta.run_id][k] for r in direct) for k in ("ttft", "tpot")}
+    assert account[slowed.meta.run_id]["tpot"] < 2 * base["tpot"], account
 
     normal = compare(fourth, direct)
     for flag in normal.regressions:
         # roost's relative move, and vLLM's own for the same figure (TTFT; decode is 1 / TPOT)
         moved = abs(flag.change_pct or 0.0) / 100
         figure = "ttft" if flag.metric.name.startswith("ttft") else "tpot"
-        own = account["live-4"][figure] / base[figure] - 1
+        own = account[fourth.meta.run_id][figure] / base[figure] - 1
         print(f"4th run: roost flags {flag.metric.name} {flag.change_pct:+.0f}%; vLLM's own {figure} {100 * own:+.0f}%")
         assert own > moved / 3, (f"{flag.metric.name} flagged ({flag.change_pct:+.0f}%) on a normal run where vLLM's "
                                  f"own {figure} moved {100 * own:+.0f}%: a false alarm", account)

@@ -5,7 +5,7 @@ Agreement is proven twice:
 
 - against the synthetic server, whose record of what it did (when it read each request and wrote
   each token) is the ground truth: both tools must agree with each other and with that record
-  within 5%: this catches any difference in what is measured (a TPOT that includes the first
+  (TPOT and throughput within 5%, TTFT within 50 ms, each client's own lateness included): this catches any difference in what is measured (a TPOT that includes the first
   token's wait, a TTFT that ends at the last token, a throughput over another window);
 - against the real vLLM CPU server, both clients pinned to the CPUs vLLM's worker leaves free
   (``quiet_clients``), where the two must land within 10% of each other. The 5% target itself is
@@ -66,13 +66,20 @@ def test_roost_and_vllm_bench_serve_agree_with_each_other_and_the_truth_on_known
     syn.control(reset_stats=True)
     agreement, pairs = side_by_side(vllm_bench, w, pairs=4)
     print("\n" + agreement.table())
-    assert agreement.worst() < 0.05, agreement.table()
+    rows = {row.key: row for row in agreement.rows}
+    # TPOT and throughput within 5% of each other: another window or formula moves them by more (the
+    # TPOT that counts the first token's wait is 23% off, below)
+    for key in ("tpot", "throughput"):
+        assert abs(rows[key].paired_ratio - 1) < 0.05, agreement.table()
+    # TTFT in seconds, not as a ratio: each client's lateness adds to it (vllm bench serve's single event
+    # loop spends ~1.5x roost's CPU per token; on a loaded CI machine it read TTFT 16 ms later, 5.2% of
+    # 0.3 s), while a TTFT with another end (the last token) would be 1.2 s off
+    assert abs(rows["ttft"].roost - rows["ttft"].vllm) < 0.05, agreement.table()
     # the truth: what the server did, by its own record of every request of every round
     done = [t for t in syn.record().values() if t["tokens"] == 48]
     ttft = statistics.median(t["t_first"] - t["t_received"] for t in done)
     tpot = statistics.median((t["t_last"] - t["t_first"]) / 47 for t in done)
     print(f"server's record: median TTFT {ttft:.4f} s, median TPOT {tpot:.5f} s")
-    rows = {row.key: row for row in agreement.rows}
     for tool, value in (("roost", rows["tpot"].roost), ("vllm", rows["tpot"].vllm)):
         # over 47 gaps the two ends' delivery delays cancel: 5% is a TPOT that counts the first
         # token's wait ((0.3 + 47 x 0.025) / 48 = +23%) or another window
