@@ -178,7 +178,6 @@ def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]
         server.stop()
 
 
-
 @functools.cache
 def _uses_docker(path: Path) -> bool:
     """Whether a test file starts or needs the Docker engine (a ``docker`` mark, or the engine fixture)."""
@@ -186,7 +185,7 @@ def _uses_docker(path: Path) -> bool:
     return "pytest.mark.docker" in text or "docker_engine" in text
 
 
-def _xdist_group(nodeid: str) -> str:
+def _work_unit(nodeid: str) -> str:
     """The pytest-xdist work unit of a test: its file, or ``docker`` for every file that uses the engine.
 
     A file is one unit, so its module fixtures (a landing, a set of workers) are set up once, on one worker.
@@ -198,7 +197,7 @@ def _xdist_group(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """The two workers ``scripts/test`` runs (``-n 2``) take whole units (:func:`_xdist_group`) in
+    """The two workers ``scripts/test`` runs (``-n 2``) take whole units (:func:`_work_unit`) in
     collection order, heaviest first (``pytest_collection_modifyitems``), so they end at about the same
     time instead of one finishing the last landing alone. Each worker is a session of its own: its own
     Prefect server, vLLM server, compile cache and ``ROOST_HOME`` (``_SESSION_DIR``)."""
@@ -206,7 +205,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class ByUnit(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return _xdist_group(nodeid)
+            return _work_unit(nodeid)
 
     config.option.loadscopereorder = False  # xdist's own order (most tests first) puts the landings last
     return ByUnit(config, log)

@@ -351,9 +351,13 @@ def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_serv
         # three direct runs with a decode rate each: a run whose every token came in a burst (a loaded
         # machine) has none, and the verdict needs three (``min_runs``): a few more runs are made then
         direct: list[RunRecord] = []
-        while sum(1 for r in direct if r.points[0].decode_tok_s.median) < 3 and len(direct) < 6:
+
+        def rated() -> int:
+            return sum(1 for r in direct if r.points[0].decode_tok_s.median)
+
+        while rated() < 3 and len(direct) < 6:
             direct.append(bench(len(direct), vllm_server.base_url))
-        if sum(1 for r in direct if r.points[0].decode_tok_s.median) < 3:
+        if rated() < 3:
             pytest.skip(f"not judged: {len(direct)} direct runs gave fewer than 3 decode rates (every token in bursts: "
                         "the machine is too loaded)")
         with SlowProxy(url.hostname or "127.0.0.1", url.port or 80, delay_s=0.1) as proxy:

@@ -5,8 +5,9 @@ Agreement is proven twice:
 
 - against the synthetic server, whose record of what it did (when it read each request and wrote
   each token) is the ground truth: both tools must agree with each other and with that record
-  (TPOT and throughput within 5%, TTFT within 50 ms, each client's own lateness included): this catches any difference in what is measured (a TPOT that includes the first
-  token's wait, a TTFT that ends at the last token, a throughput over another window);
+  (TPOT and throughput within 5%, TTFT within 50 ms, each client's own lateness included): this
+  catches any difference in what is measured (a TPOT that includes the first token's wait, a TTFT
+  that ends at the last token, a throughput over another window);
 - against the real vLLM CPU server, both clients pinned to the CPUs vLLM's worker leaves free
   (``quiet_clients``), where the two must land within 10% of each other. The 5% target itself is
   a timing figure, so it is measured by ``benchmarks/bench_vs_vllm.py``; the margin covers a noisy
