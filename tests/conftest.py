@@ -212,6 +212,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Heavy files first: the Docker unit, then the files with slow tests, then the rest (stable within)."""
+    """Heavy files first: the Docker unit, then the files with slow tests, then the rest (stable within);
+    the files with a ``quiet`` test last, where the other worker is down to short tests
+    (:func:`pytest_runtest_protocol`, ``tests/support/machine.py``)."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: 0 if _uses_docker(item.path) else 1 if item.path in slow else 2)
+    quiet = {item.path for item in items if item.get_closest_marker("quiet")}
+    items.sort(key=lambda item: 3 if item.path in quiet else 0 if _uses_docker(item.path) else 1 if item.path in slow else 2)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A ``quiet`` test (a timing figure judged against another client's or an earlier run's) runs, from
+    its setup to its teardown, while no test of another xdist worker does: the other worker's load makes
+    the clients late by tens of ms (CI: ``vllm bench serve`` read a synthetic 0.30 s TTFT as 0.37 s).
+    One process (``-n 0``) has nothing to share."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run_id:
+        return (yield)
+    from support.machine import machine
+
+    with machine(item.get_closest_marker("quiet") is not None, run_id):
+        return (yield)

@@ -317,6 +317,7 @@ def _means(before: dict[str, float], after: dict[str, float]) -> dict[str, float
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # a baseline and a 4th run made under another test's load differ by that load
 def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_server: Any) -> None:
     """roost's real benchmark against the session's vLLM server, 3 times directly, then once through a
     proxy that holds every streamed event back 100 ms (the server slowed on purpose), then a 4th time directly.

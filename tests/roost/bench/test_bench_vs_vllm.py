@@ -16,6 +16,9 @@ Agreement is proven twice:
   falls behind and sends tokens in a few large chunks, both tools' TPOT collapses towards 0 and
   their ratio means nothing: pairs with such a round are set aside, and when most pairs are, the
   test is skipped with the reason (``Agreement.degenerate``) rather than failed or passed.
+
+Both run while no other test does (``quiet``): sharing the two cores with another xdist worker's test
+made ``vllm bench serve`` read the synthetic 0.30 s TTFT as 0.37 s on CI, roost as 0.30 s.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def synthetic_same_key(vllm_server: Any) -> Iterator[Synthetic]:
         server.stop()
 
 
+@pytest.mark.quiet  # the other xdist worker's load makes either client late
 def test_roost_and_vllm_bench_serve_agree_with_each_other_and_the_truth_on_known_timing(
     synthetic_same_key: Synthetic, vllm_bench: VllmBenchServe, tiny_model: Path
 ) -> None:
@@ -97,6 +101,7 @@ def test_roost_and_vllm_bench_serve_agree_with_each_other_and_the_truth_on_known
         assert r.throughput <= ceiling and v.throughput <= ceiling
 
 
+@pytest.mark.quiet  # the other xdist worker's load makes either client late
 def test_roost_and_vllm_bench_serve_measure_the_real_server_alike(
     vllm_server: Any, vllm_bench: VllmBenchServe, tiny_model: Path
 ) -> None:

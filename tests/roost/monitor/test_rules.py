@@ -94,19 +94,37 @@ def test_every_alert_fires_on_its_series_and_stays_silent_otherwise(rendered: Pa
          "alert_rule_test": [{"eval_time": "5m", "alertname": "GatewayDown",
                               "exp_alerts": [_expect(r["GatewayDown"], {"job": "llm-gateway"}, 1)]}]},
         # bypass: vLLM finishing as many requests as the gateway forwarded is quiet; 8/min more fires
-        # (vLLM's 5 minutes against the gateway's 5 minutes 30 s: two 15 s scrapes of lag allowed)
+        # (vLLM's 5 minutes against the gateway's 5 minutes 30 s: two 15 s scrapes of lag allowed; counted
+        # exactly, the gateway's from its sample at 4 m, the last one before its window opens)
         {"input_series": [series("vllm:request_success_total", success, _counter(10, 15)),
                           series("roost_gateway_model_requests_total", forwarded, _counter(10, 15))],
          "alert_rule_test": [{"eval_time": "10m", "alertname": "GatewayBypass", "exp_alerts": []}]},
         {"input_series": [series("vllm:request_success_total", success, _counter(10, 15)),
                           series("roost_gateway_model_requests_total", forwarded, _counter(2, 15))],
          "alert_rule_test": [{"eval_time": "10m", "alertname": "GatewayBypass",
-                              "exp_alerts": [_expect(r["GatewayBypass"], {"model_name": "tiny"}, 50 - 2 * 5.5)]}]},
+                              "exp_alerts": [_expect(r["GatewayBypass"], {"model_name": "tiny"}, 50 - 2 * 6)]}]},
         # ... a model the gateway never forwarded counts in full
         {"input_series": [series("vllm:request_success_total", success, _counter(10, 15)),
                           series("roost_gateway_model_requests_total", {**forwarded, "model": "other"}, _counter(10, 15))],
          "alert_rule_test": [{"eval_time": "10m", "alertname": "GatewayBypass",
                               "exp_alerts": [_expect(r["GatewayBypass"], {"model_name": "tiny"}, 50)]}]},
+        # ... a burst of 400 forwarded after earlier direct traffic is quiet: counted exactly, not
+        # extrapolated to the window's edges (``increase`` read vLLM's 400 as 500 and the gateway's,
+        # born at 0, as 400: a false bypass of 100)
+        # (scraped every 45 s, so windows open and close between samples as they do in production)
+        {"interval": "45s",
+         "input_series": [series("vllm:request_success_total", success, "100x7 500x14"),
+                          series("roost_gateway_model_requests_total", forwarded, "0x7 400x14")],
+         "alert_rule_test": [{"eval_time": f"{t}m", "alertname": "GatewayBypass", "exp_alerts": []}
+                             for t in range(7, 13)]},
+        # ... a restart of vLLM or of the gateway inside the window is counted across the reset (five
+        # requests finished between the last scrape and the restart, five after it)
+        {"input_series": [series("vllm:request_success_total", success, "0+10x5 5+10x9"),
+                          series("roost_gateway_model_requests_total", forwarded, _counter(10, 15))],
+         "alert_rule_test": [{"eval_time": t, "alertname": "GatewayBypass", "exp_alerts": []} for t in ("8m", "10m")]},
+        {"input_series": [series("vllm:request_success_total", success, _counter(10, 15)),
+                          series("roost_gateway_model_requests_total", forwarded, "0+10x5 5+10x9")],
+         "alert_rule_test": [{"eval_time": t, "alertname": "GatewayBypass", "exp_alerts": []} for t in ("8m", "10m")]},
         # ... unless a roost benchmark is measuring that model's server directly (the gateway says so)
         {"input_series": [series("vllm:request_success_total", success, _counter(10, 15)),
                           series("roost_gateway_model_requests_total", forwarded, _counter(2, 15)),
@@ -141,7 +159,7 @@ def test_every_alert_fires_on_its_series_and_stays_silent_otherwise(rendered: Pa
     fired = {t["alertname"] for c in cases for t in c["alert_rule_test"] if t["exp_alerts"]}
     assert fired == set(ALERTS)  # every alert is made to fire at least once
     for c in cases:
-        c["interval"] = "1m"
+        c.setdefault("interval", "1m")
     test_file = rendered / "rules_test.yml"
     test_file.write_text(yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": cases}))
     proc = _promtool("test", "rules", str(test_file))
