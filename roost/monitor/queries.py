@@ -50,8 +50,11 @@ def counted(selector: str, window: str) -> str:
     """What a counter counted over ``window``, per series, exactly: the difference of its samples
     where it did not reset (``increase`` extrapolates its samples to the window's edges, inflating a
     burst by about one scrape interval over the window: 22 requests read as 24.4 over 10 s at 1 s
-    scrapes); ``increase`` where it reset or was born within the window."""
-    return (f"((({selector}) - ({selector} offset {window})) unless (resets({selector}[{window}]) > 0)) "
+    scrapes) -- from its last sample before the window, or, for a series first scraped within the
+    window (a server just registered), from its first sample in it; ``increase`` where it reset."""
+    since_before = f"({selector}) - ({selector} offset {window})"
+    since_first = f"({selector}) - min_over_time({selector}[{window}])"
+    return (f"((({since_before}) or ({since_first})) unless (resets({selector}[{window}]) > 0)) "
             f"or increase({selector}[{window}])")
 
 

@@ -87,13 +87,14 @@ def _vllm_running(base_url: str, key: str) -> float:
                if line.startswith("vllm:num_requests_running{"))
 
 
-def test_a_client_leaving_mid_stream_aborts_vllms_request(vllm_gateway: GatewayProcess, vllm_server: Any,
-                                                          tmp_path: Path) -> None:
-    gw = vllm_gateway
-    key = add_key(gw.db_url, "leaver", "device")
+MAX_TOKENS = 1900
+
+
+def _leave_after_20_chunks(gw: GatewayProcess, key: str) -> dict[str, Any]:
+    """Stream a long answer, leave once 20 chunks with text are read; the usage row of that request."""
     before = len(usage_rows(gw.db_url))
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "write a long story"}], "max_tokens": 1500,
-            "temperature": 0, "ignore_eos": True, "stream": True}
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "write a long story"}],
+            "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True, "stream": True}
     got = 0
     with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=120,
                       headers={"Authorization": f"Bearer {key}"}) as resp:
@@ -102,10 +103,25 @@ def test_a_client_leaving_mid_stream_aborts_vllms_request(vllm_gateway: GatewayP
                 got += 1
                 if got == 20:
                     break
-    row = next(r for r in wait_rows(gw.db_url, before + 1)[before:] if r["key_name"] == "leaver")
-    assert row["status"] == "client_disconnected"
+    return next(r for r in wait_rows(gw.db_url, before + 1)[before:] if r["key_name"] == "leaver")
+
+
+def test_a_client_leaving_mid_stream_aborts_vllms_request(vllm_gateway: GatewayProcess, vllm_server: Any,
+                                                          tmp_path: Path) -> None:
+    gw = vllm_gateway
+    key = add_key(gw.db_url, "leaver", "device")
+    # vLLM decodes the tiny model at hundreds of tokens/s and joins the tokens of a late reader into one
+    # chunk: a client starved by the other xdist worker's load can find the whole answer in its socket,
+    # in under 20 chunks, before it leaves (then ``ok`` is right). Such a try proves nothing and is made
+    # again; one that left early must be billed as left.
+    for _ in range(3):
+        row = _leave_after_20_chunks(gw, key)
+        if row["completion_tokens"] < MAX_TOKENS:
+            break
+    assert row["completion_tokens"] < MAX_TOKENS, "three times the whole answer came before the client could leave"
+    assert row["status"] == "client_disconnected", row["status"]
     assert row["completion_source"] == "usage"  # vLLM's own count on the last chunk forwarded
-    assert 19 <= row["completion_tokens"] < 1500
+    assert row["completion_tokens"] >= 19
     deadline = time.monotonic() + 20
     while _vllm_running(vllm_server.base_url, vllm_server.api_key) > 0 and time.monotonic() < deadline:
         time.sleep(0.2)

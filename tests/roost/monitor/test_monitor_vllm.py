@@ -139,6 +139,9 @@ def test_a_registered_server_is_scraped_after_sync_without_a_restart(stack: Stac
     up = stack.prom.wait("the vLLM target to be scraped", lambda: stack.prom.up(q.VLLM_JOB).get(address) == 1)
     assert up and stack.prom.proc is not None and stack.prom.proc.pid == pid and stack.prom.proc.poll() is None
     assert stack.prom.wait("the gateway to be scraped", lambda: stack.prom.up(q.GATEWAY_JOB))
+    # the gateway lists the registered model's request counter at 0 before forwarding to it
+    assert stack.prom.wait("the gateway's counter for the registered model",
+                           lambda: stack.prom.query('roost_gateway_model_requests_total{model="tiny"} == 0'))
     again = sync()
     assert again is not None and again.method == "unchanged"
 
