@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,16 @@ def wait_rows(db_url: str, n: int, timeout_s: float = 10.0) -> list[dict[str, An
         time.sleep(0.05)
         rows = usage_rows(db_url)
     return rows
+
+
+def wait_row(db_url: str, match: Callable[[dict[str, Any]], bool], timeout_s: float = 10.0) -> dict[str, Any]:
+    """The first usage row ``match`` accepts, once it is written (a refused or failed request's row is
+    written after the gateway has answered); AssertionError naming ``timeout_s`` if none comes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = next((r for r in usage_rows(db_url) if match(r)), None)
+        if found is not None:
+            return found
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no matching usage row within {timeout_s:g} s")
+        time.sleep(0.05)

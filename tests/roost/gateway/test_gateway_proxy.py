@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from bench_synthetic import Synthetic, start_synthetic
-from support.gateway import ROOST, UPSTREAM_KEY, GatewayProcess, add_key, usage_rows, wait_rows
+from support.gateway import ROOST, UPSTREAM_KEY, GatewayProcess, add_key, usage_rows, wait_row, wait_rows
 
 TEMPLATE = 5  # the synthetic server's chat template, in tokens
 
@@ -150,12 +150,7 @@ def test_a_client_that_stops_reading_is_cut_and_billed_for_what_was_sent(gw_dir:
                                "max_tokens": 300000, "stream": True}).encode()
             s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {alice}\r\n"
                       f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-            deadline = time.monotonic() + 60
-            row = None
-            while time.monotonic() < deadline and row is None:
-                time.sleep(0.5)
-                row = next((r for r in usage_rows(gw.db_url) if r["model"] == "fast"), None)
-        assert row is not None, "the blocked stream was never ended"
+            row = wait_row(gw.db_url, lambda r: r["model"] == "fast", timeout_s=60)  # the blocked stream ended
         assert row["status"] == "client_timeout"
         assert 0 < row["completion_tokens"] < 300000
         sent = next(iter(fast.record().values()))["tokens"]
@@ -326,7 +321,7 @@ def test_a_backend_error_that_echoes_headers_never_shows_the_upstream_key(gw_dir
         resp = chat(gw, alice, model="echo")
         assert resp.status_code == 400 and "headers were" in resp.text
         assert UPSTREAM_KEY not in resp.text and alice not in resp.text and "***" in resp.text
-        row = next(r for r in usage_rows(gw.db_url) if r["model"] == "echo")
+        row = wait_row(gw.db_url, lambda r: r["model"] == "echo")
         assert (row["status"], row["prompt_tokens"], row["completion_tokens"]) == ("http_400", 0, 0)
         assert UPSTREAM_KEY not in gw.log()
     finally:
