@@ -98,25 +98,27 @@ def usage_rows(db_url: str) -> list[dict[str, Any]]:
     return asyncio.run(go())
 
 
-def wait_rows(db_url: str, n: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """The usage rows once there are at least ``n`` (rows of requests that did not complete are not
-    awaited by the gateway before it answers)."""
+def _poll_rows(db_url: str, done: Callable[[list[dict[str, Any]]], bool], timeout_s: float) -> list[dict[str, Any]]:
+    """The usage rows once ``done`` accepts them, or as they are after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     rows = usage_rows(db_url)
-    while len(rows) < n and time.monotonic() < deadline:
+    while not done(rows) and time.monotonic() < deadline:
         time.sleep(0.05)
         rows = usage_rows(db_url)
     return rows
 
 
+def wait_rows(db_url: str, n: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The usage rows once there are at least ``n`` (rows of requests that did not complete are not
+    awaited by the gateway before it answers)."""
+    return _poll_rows(db_url, lambda rows: len(rows) >= n, timeout_s)
+
+
 def wait_row(db_url: str, match: Callable[[dict[str, Any]], bool], timeout_s: float = 10.0) -> dict[str, Any]:
     """The first usage row ``match`` accepts, once it is written (a refused or failed request's row is
     written after the gateway has answered); AssertionError naming ``timeout_s`` if none comes."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = next((r for r in usage_rows(db_url) if match(r)), None)
-        if found is not None:
-            return found
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"no matching usage row within {timeout_s:g} s")
-        time.sleep(0.05)
+    rows = _poll_rows(db_url, lambda rows: any(match(r) for r in rows), timeout_s)
+    found = next((r for r in rows if match(r)), None)
+    if found is None:
+        raise AssertionError(f"no matching usage row within {timeout_s:g} s")
+    return found
