@@ -9,11 +9,13 @@ line ``roost: error: ...`` on stderr and never a traceback.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
 
 from roost._compat import click_errors  # typer's own copy of click's exceptions
+from roost.inputs.text import one_line
 
 app = typer.Typer(
     name="roost",
@@ -22,6 +24,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "PREFECT_API_KEY", "AWS_SECRET_ACCESS_KEY",
+              "AWS_SESSION_TOKEN", "ROOST_GRAFANA_ADMIN_PASSWORD")
+"""Environment variables holding a secret: an internal error's one line never shows their values."""
 
 # Command modules, in the order `roost --help` lists them.
 COMMANDS = ["run", "download", "audit", "plan", "diagnose", "bench", "eval", "results", "sweep", "gateway", "monitor", "setup", "doctor"]
@@ -42,10 +48,20 @@ def main() -> None:
         code = 2
     except click_errors.ClickException as exc:
         where = f" (see `{exc.ctx.command_path} --help`)" if isinstance(exc, click_errors.UsageError) and exc.ctx else ""
-        typer.echo(f"roost: error: {' '.join(exc.format_message().split())}{where}", err=True)
+        typer.echo(f"roost: error: {one_line(' '.join(exc.format_message().split()))}{where}", err=True)
         code = exc.exit_code
     except typer.Abort:
         typer.echo("roost: error: aborted", err=True)
+        code = 1
+    except Exception as exc:
+        if os.environ.get("ROOST_DEBUG"):
+            raise
+        from roost.inputs.text import shown
+        from roost.secrets import redact
+
+        known = [os.environ.get(n, "") for n in SECRET_ENV]
+        typer.echo(f"roost: internal error (a bug in roost; rerun with ROOST_DEBUG=1 for the traceback): "
+                   f"{type(exc).__name__}: {shown(redact(str(exc), known), 200)}", err=True)
         code = 1
     sys.exit(code if type(code) is int else 0)
 
