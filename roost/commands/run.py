@@ -13,6 +13,7 @@ from roost.commands._common import echo_json, fail, user_errors
 from roost.errors import UserError
 from roost.headline import headline_rows
 from roost.hosts import HostProfile, get_host
+from roost.inputs.text import shown
 from roost.net import require_free_port
 from roost.profiles import ModelProfile, get_profile
 from roost.records import RunRecord
@@ -31,7 +32,7 @@ def run(
     profile: Annotated[str, typer.Option(help="Model profile: local, ornith-9b, ornith-35b, ornith-1.5-35b-a3b-nvfp4.")] = "local",
     revision: Annotated[str | None, typer.Option(help="Branch, tag or commit (default: the profile's).")] = None,
     host: Annotated[str | None, typer.Option(help="Host profile to serve on (default: the profile's).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port for the vLLM server (default: a free one).")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port for the vLLM server (default: a free one).")] = None,
     vllm_arg: Annotated[list[str] | None, typer.Option(
         "--vllm-arg", help="An extra vLLM argument after the plan's (repeatable; write it as --vllm-arg=--enforce-eager "
         "or --vllm-arg=--max-num-seqs=8). Keys never go here: VLLM_API_KEY or the Secret block.")] = None,
@@ -65,11 +66,21 @@ def run(
     else:  # unknown names fail here, before a temporary Prefect server starts
         prof = get_profile(profile)
         get_host(host or prof.host)
+    if revision is not None:
+        from roost.hub.snapshot import is_ref_name
+
+        if not is_ref_name(revision.strip()):
+            raise UserError(f"--revision {shown(revision, 80)!r}: not a branch, tag or commit git would accept "
+                            "(no '..', spaces or control characters)")
     if restart_policy is not None and restart_policy not in get_args(RestartPolicy):
         raise UserError(f"--restart-policy {restart_policy!r}: choose one of {', '.join(get_args(RestartPolicy))}")
     policy = cast(RestartPolicy | None, restart_policy)
     overrides = list(vllm_arg or [])
     check_vllm_args(overrides, source="--vllm-arg")
+    if overrides:
+        from roost.plan.args import parse_overrides
+
+        parse_overrides([*prof.vllm_overrides, *overrides])  # a value vLLM would refuse, refused now
     if dry_run:
         _dry_run(prof, host, model_dir, overrides, port=port, keep_serving=keep_serving, restart_policy=policy,
                  as_json=as_json)
@@ -81,6 +92,8 @@ def run(
     results_url()  # a malformed ROOST_RESULTS_URL is refused before anything starts, not ignored at the report
     if port is not None:
         require_free_port(port)
+    if overrides:
+        refuse_early(prof, host, overrides)
 
     # Without PREFECT_API_URL Prefect starts a temporary local server on the default SQLite database;
     # on a busy 2-core machine it needs longer than Prefect's default 20 s to come up.
@@ -97,6 +110,45 @@ def run(
         echo_json(record)
         return
     typer.echo(_summary(record))
+
+
+def refuse_early(prof: ModelProfile, host: str | None, overrides: list[str]) -> None:
+    """Plan the checkpoint with the run's ``--vllm-arg`` overrides before Prefect starts, and refuse
+    (exit 2, naming them) what vLLM would refuse: a pool that cannot hold one request, a window beyond
+    the model's. The embedded demo's checkpoint is generated to plan from (half a second); another
+    profile's is read from its Hub (config and headers; cached per commit). When the Hub cannot be read
+    now the flow's preflight stage decides, with its retries."""
+    import tempfile
+
+    from roost.errors import RoostError
+    from roost.plan.preflight import plan_checkpoint
+    from roost.plan.report import audit_for_host
+
+    host_p = _host(host or prof.host)
+    env = None
+    if host_p.backend == "process":
+        from roost.serve.process import CPU_ENV_DEFAULTS
+
+        env = {**CPU_ENV_DEFAULTS, **os.environ}
+    try:
+        with tempfile.TemporaryDirectory(prefix="roost-plan-") as tmp:
+            if prof.demo:
+                from roost.demo.model import generate_tiny_model
+
+                audit = audit_for_host(generate_tiny_model(Path(tmp) / "model"), host_p)
+            else:
+                from roost.hub.preflight import HubRef, preflight
+
+                pf = preflight(HubRef(repo_id=prof.repo_id, revision=prof.revision), token=os.environ.get("HF_TOKEN"),
+                               allow_patterns=list(prof.allow_patterns), ignore_patterns=list(prof.ignore_patterns))
+                audit = audit_for_host(pf.files, host_p).from_hub(pf.repo_id, pf.commit, pf.bytes_fetched)
+            refusal = plan_checkpoint(audit, host_p, prof.plan_inputs(overrides), env=env).refusal()
+    except UserError:
+        raise
+    except (RoostError, OSError):  # the Hub unreachable or slow now: the flow's preflight retries and reports
+        return
+    if refusal is not None:
+        raise UserError(f"--vllm-arg {' '.join(overrides)}: vLLM would not start {prof.name} with it: {refusal[1]}")
 
 
 def with_roost_logger(extra_loggers: str) -> str:

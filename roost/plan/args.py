@@ -20,14 +20,17 @@ follow them. Whether the result fits a host is :mod:`roost.plan.fit`'s.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import BaseModel
 
 from roost.checkpoint.config import ModelConfigInfo
 from roost.errors import UserError
+from roost.inputs.text import shown
 from roost.plan.kv import KvModelSpec, KvRules, kv_model_from_config, pool_for_concurrency
 from roost.units import GiB
+from roost.vllm.flags import vllm_flag
 
 MTP_SPECULATIVE_CONFIG: dict[str, Any] = {"method": "mtp", "num_speculative_tokens": 1}
 
@@ -158,34 +161,49 @@ _VALUE_FLAGS = {
 _INT_FIELDS = {"max_model_len", "kv_cache_memory_bytes", "block_size", "max_num_seqs", "max_num_batched_tokens"}
 
 
+MAX_OVERRIDE_INT = 2**53
+"""The largest integer a sizing override may take (beyond any memory, window or batch a host has)."""
+
+
 def parse_overrides(argv: list[str]) -> VllmOverrides:
     """Pick ``--max-model-len``, ``--kv-cache-memory-bytes``, ``--dtype``, ``--kv-cache-dtype``,
     ``--block-size``, ``--max-num-seqs``, ``--max-num-batched-tokens`` and ``--[no-]enable-prefix-caching``
-    out of an argv (both ``--f v`` and ``--f=v``; the last one wins)."""
+    out of an argv (``--f v``, ``--f=v`` and one argument ``--f v``, in vLLM's ``_`` spelling too;
+    the last one wins). A sizing value that is not a whole number from 1 to 2**53 is a UserError
+    naming the flag: vLLM would refuse it after the download, the plan refuses it before."""
     found: dict[str, Any] = {}
     i = 0
     while i < len(argv):
-        arg = argv[i]
-        flag, eq, inline = arg.partition("=")
+        arg = argv[i].strip()
+        flag = vllm_flag(arg)
+        parts = re.split(r"[=\s]", arg, maxsplit=1)
+        inline = parts[1].strip() if len(parts) == 2 else None
         if flag in _VALUE_FLAGS:
-            if eq:
+            if inline is not None:
                 value = inline
             elif i + 1 < len(argv):
                 i += 1
-                value = argv[i]
+                value = argv[i].strip()
             else:
                 raise UserError(f"vLLM override {flag} has no value")
             field = _VALUE_FLAGS[flag]
             if field in _INT_FIELDS:
-                try:
-                    found[field] = int(value.replace("_", ""))
-                except ValueError:
-                    raise UserError(f"vLLM override {flag} {value!r} is not an integer") from None
+                found[field] = _whole_number(flag, value)
             else:
                 found[field] = value
-        elif arg == "--enable-prefix-caching":
+        elif flag == "--enable-prefix-caching":
             found["enable_prefix_caching"] = True
-        elif arg == "--no-enable-prefix-caching":
+        elif flag == "--no-enable-prefix-caching":
             found["enable_prefix_caching"] = False
         i += 1
     return VllmOverrides(**found)
+
+
+def _whole_number(flag: str, value: str) -> int:
+    text = value.replace("_", "")
+    if not text.isdigit() or len(text) > 17:
+        raise UserError(f"vLLM override {flag} {shown(value, 60)!r} is not a whole number from 1 to 2**53")
+    n = int(text)
+    if not 1 <= n <= MAX_OVERRIDE_INT:
+        raise UserError(f"vLLM override {flag} {n:,} must be from 1 to 2**53")
+    return n

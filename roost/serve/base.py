@@ -24,6 +24,7 @@ Waiting for readiness (``roost.serve.health.wait_until_ready``) and retrying a f
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -34,16 +35,15 @@ from pydantic import BaseModel, Field
 
 from roost.errors import StageFailed, UserError
 from roost.hosts import HostProfile
+from roost.inputs.text import shown
 from roost.serve.diagnose import Diagnosis
 from roost.serve.occupancy import Occupant, mem_available_bytes
 from roost.serve.occupancy import RestartPolicy as RestartPolicy  # re-exported: the serving API names it
 from roost.serve.phases import StartupPhases
+from roost.vllm.flags import carries_secret
 
 BackendName = Literal["process", "docker"]
 
-
-SECRET_FLAGS = ("--api-key", "--hf-token")
-"""vLLM flags that carry a secret: refused in any argument list roost records, logs or passes on a command line."""
 
 LogFn = Callable[[str], None]
 
@@ -55,10 +55,12 @@ def _ignore(_: str) -> None:
 def check_vllm_args(args: list[str], *, source: str = "vLLM arguments") -> None:
     """Refuse an argument list that carries a secret (it would be stored with the run and logged)."""
     for a in args:
-        flag = a.split("=", 1)[0]
-        if flag in SECRET_FLAGS:
+        secret = carries_secret(a)
+        if secret is not None:
+            typed = re.split(r"[=\s]", a.strip(), maxsplit=1)[0]
+            named = secret if typed == secret else f"{shown(typed, 60)} (vLLM reads it as {secret})"
             raise UserError(
-                f"{source}: {flag} carries a secret, and vLLM arguments are stored with the run and logged; "
+                f"{source}: {named} carries a secret, and vLLM arguments are stored with the run and logged; "
                 "remove it: roost passes the API key through VLLM_API_KEY (or the roost-vllm-api-key Secret block) "
                 "and the Hub token through HF_TOKEN (or a Prefect Secret block)"
             )

@@ -15,7 +15,7 @@ import re
 from pydantic import BaseModel, Field
 
 from roost.errors import UserError
-from roost.serve.base import SECRET_FLAGS
+from roost.vllm.flags import SECRET_FLAGS
 
 MAX_VARIANTS = 64
 """A grid larger than this is refused: each variant is a cold load (minutes on a Spark)."""

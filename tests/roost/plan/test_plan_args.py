@@ -107,5 +107,12 @@ def test_parse_overrides() -> None:
     assert parse_overrides(["--enable-prefix-caching"]).enable_prefix_caching is True
     with pytest.raises(UserError, match="has no value"):
         parse_overrides(["--max-model-len"])
-    with pytest.raises(UserError, match="not an integer"):
+    with pytest.raises(UserError, match="not a whole number"):
         parse_overrides(["--max-model-len", "big"])
+    # vLLM's parser reads `_` as `-` and one argument holding a space as flag and value: so does the plan
+    assert parse_overrides(["--max_model_len=2048"]).max_model_len == 2048
+    assert parse_overrides(["--kv-cache-memory-bytes 4096"]).kv_cache_memory_bytes == 4096
+    for bad in (["--max-model-len=0"], ["--kv-cache-memory-bytes=-1"], ["--max-num-seqs", "1e3"],
+                ["--block-size", "9" * 30], ["--max-model-len", str(2**53 + 1)]):
+        with pytest.raises(UserError, match="from 1 to 2\\*\\*53"):
+            parse_overrides(bad)
