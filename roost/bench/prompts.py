@@ -24,8 +24,7 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel
 
-from roost.vllm.client import VllmClient
-from roost.vllm.stream import error_text
+from roost.vllm.client import VllmClient, answer_json
 
 _WORDS_TEXT = (
     "the of and to in is was for on that with as by at from his her it an were are which this be "
@@ -69,9 +68,9 @@ class ServerTokenizer:
         self.calls += 1
         resp = await self.client.tokenize(messages, chat_template_kwargs=self.chat_template_kwargs)
         if resp.status_code != 200:
-            raise PromptError(f"/tokenize answered HTTP {resp.status_code}: {_body_message(resp)}")
+            raise PromptError(f"/tokenize answered HTTP {resp.status_code}: {self.client.error_message(resp)}")
         try:
-            data = resp.json()
+            data = answer_json(resp)
             if isinstance(data.get("max_model_len"), int):
                 self.max_model_len = data["max_model_len"]
             return int(data["count"])
@@ -101,9 +100,9 @@ class UsageProbeCounter:
         self.calls += 1
         resp = await self.client.post_json("/v1/chat/completions", body, timeout_s=600.0)
         if resp.status_code != 200:
-            raise PromptError(f"HTTP {resp.status_code}: {_body_message(resp)}")
+            raise PromptError(f"HTTP {resp.status_code}: {self.client.error_message(resp)}")
         try:
-            return int(resp.json()["usage"]["prompt_tokens"])
+            return int(answer_json(resp)["usage"]["prompt_tokens"])
         except (ValueError, KeyError, TypeError) as exc:
             raise PromptError(
                 "the server has no /tokenize and its completions carry no usage.prompt_tokens, so prompts of an "
@@ -111,11 +110,6 @@ class UsageProbeCounter:
             ) from None
 
 
-def _body_message(resp: httpx.Response) -> str:
-    try:
-        return error_text(resp.json())
-    except ValueError:
-        return resp.text[:300]
 
 
 class BuiltPrompt(BaseModel):

@@ -29,6 +29,14 @@ RECIPE_CONCURRENCY = [1, 16, 20, 24]
 Progress = Callable[[str, float], None]
 
 
+MAX_TOKENS = 1 << 31
+"""The largest token count a setting may name (a window, a prompt, an output): beyond any model's."""
+MAX_STREAMS = 1 << 16
+"""The most concurrent streams a setting may ask for."""
+MAX_STEPS = 10_000
+"""The most repeats, warm-up requests or requests per user a setting may ask for."""
+
+
 class BenchSettings(BaseModel):
     """What to measure and how patiently. Defaults reproduce the recipes' sweeps."""
 
@@ -38,21 +46,21 @@ class BenchSettings(BaseModel):
         default_factory=lambda: list(RECIPE_PROMPT_LENGTHS),
         description="Single-stream sweep, in prompt tokens (chat template included); 0 = the largest the window admits. Empty: no sweep.",
     )
-    output_tokens: int = Field(default=256, ge=2, description="max_tokens of every measured request (ignore_eos).")
+    output_tokens: int = Field(default=256, ge=2, le=MAX_TOKENS, description="max_tokens of every measured request (ignore_eos).")
     concurrency: list[int] = Field(
         default_factory=lambda: list(RECIPE_CONCURRENCY), description="Concurrency sweep levels. Empty: no sweep."
     )
-    max_num_seqs: int | None = Field(default=None, ge=1, description="The server's --max-num-seqs; added as a level.")
-    concurrency_prompt_tokens: int = Field(default=512, ge=1, description="Prompt length in the concurrency sweep.")
-    requests_per_user: int = Field(default=1, ge=1, description="Back-to-back requests per user in a concurrency step.")
-    repeats: int = Field(default=3, ge=1, description="Steps per point (median, min, max over them).")
-    warmup: int = Field(default=2, ge=0, description="Unmeasured requests sent first.")
-    warmup_prompt_tokens: int | None = Field(default=None, ge=1, description="Default: the smallest measured prompt.")
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_STREAMS, description="The server's --max-num-seqs; added as a level.")
+    concurrency_prompt_tokens: int = Field(default=512, ge=1, le=MAX_TOKENS, description="Prompt length in the concurrency sweep.")
+    requests_per_user: int = Field(default=1, ge=1, le=MAX_STEPS, description="Back-to-back requests per user in a concurrency step.")
+    repeats: int = Field(default=3, ge=1, le=MAX_STEPS, description="Steps per point (median, min, max over them).")
+    warmup: int = Field(default=2, ge=0, le=MAX_STEPS, description="Unmeasured requests sent first.")
+    warmup_prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS, description="Default: the smallest measured prompt.")
     thinking: bool = Field(default=False, description="chat_template_kwargs.enable_thinking.")
-    temperature: float = Field(default=0.0, ge=0.0)
+    temperature: float = Field(default=0.0, ge=0.0, le=100.0, allow_inf_nan=False)
     ignore_eos: bool = True
     extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request body.")
-    max_model_len: int | None = Field(default=None, ge=1, description="The served window; default: ask the server.")
+    max_model_len: int | None = Field(default=None, ge=1, le=MAX_TOKENS, description="The served window; default: ask the server.")
     window_margin: int = Field(default=0, ge=0, description="Tokens kept free below the window for WINDOW_MAX.")
     ttft_timeout_base_s: float = Field(default=60.0, gt=0)
     min_prefill_tok_s: float = Field(default=100.0, gt=0, description="Slowest prefill tolerated before a time-out.")

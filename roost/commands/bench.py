@@ -13,21 +13,25 @@ distribution (``"ttft_s": {"count", "mean", "median", "min", "max", "p10", "p90"
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from roost.bench.settings import MAX_STREAMS, MAX_TOKENS
 from roost.catalogue import DECODE, KNEE, OUTPUT_THROUGHPUT, TTFT, fmt_value
-from roost.commands._common import echo_json, user_errors
+from roost.commands._common import user_errors
 from roost.errors import UserError
+from roost.inputs.text import shown
+from roost.secrets import redact
 
 if TYPE_CHECKING:
     from roost.bench.sweep import BenchResult
 
 
-def parse_int_list(text: str, option: str, *, allow_max: bool = False) -> list[int]:
+def parse_int_list(text: str, option: str, *, allow_max: bool = False, limit: int = MAX_TOKENS) -> list[int]:
     """``"512,2048"`` -> ``[512, 2048]``; ``""`` -> ``[]``; ``max`` -> 0 (the largest the window admits)."""
     out: list[int] = []
     for part in text.replace(" ", "").split(","):
@@ -39,9 +43,9 @@ def parse_int_list(text: str, option: str, *, allow_max: bool = False) -> list[i
         try:
             value = int(part.replace("_", ""))
         except ValueError:
-            raise UserError(f"{option}: {part!r} is not a whole number (expected e.g. 512,2048)") from None
-        if value < 1:
-            raise UserError(f"{option}: {value} must be at least 1")
+            raise UserError(f"{option}: {shown(part, 40)!r} is not a whole number (expected e.g. 512,2048)") from None
+        if not 1 <= value <= limit:
+            raise UserError(f"{option}: {shown(part, 40)} must be from 1 to {limit:,}")
         out.append(value)
     return out
 
@@ -126,7 +130,7 @@ def bench(
     if prompt_lengths is not None:
         values["prompt_lengths"] = parse_int_list(prompt_lengths, "--prompt-lengths", allow_max=True)
     if concurrency is not None:
-        values["concurrency"] = parse_int_list(concurrency, "--concurrency")
+        values["concurrency"] = parse_int_list(concurrency, "--concurrency", limit=MAX_STREAMS)
     settings = make_settings(**values)
     key = api_key if api_key is not None else os.environ.get("VLLM_API_KEY")
 
@@ -138,12 +142,23 @@ def bench(
         done, points = settings.points_done(fraction)
         terminal.update(done, points, status=message)  # points measured of all
 
+    if output is not None:
+        check_writable(output)  # before a request is sent, not after the benchmark ran
     with terminal:
         result = run_benchmark(base_url, model, settings, api_key=key or None, progress=progress)
+    if not result.failed and not any(r.ok for r in result.requests):
+        result.status = "failed"  # nothing was measured, whatever the server answered
+        first = next((r.error for r in result.requests if r.error), "") or \
+            next((p.skip_reason for p in result.points if p.skip_reason), "no request was sent")
+        result.errors.append(f"none of the {len(result.requests)} requests succeeded (first error: {first})")
+
+    def scrubbed(text: str) -> str:  # a server may echo the key back in what it answered
+        return redact(text, [key or ""])
+
     if output is not None:
-        _write_atomic(output, result.model_dump_json(indent=2))
+        _write_atomic(output, scrubbed(result.model_dump_json(indent=2)))
     if as_json:
-        echo_json(
+        typer.echo(scrubbed(json.dumps(
             {
                 "base_url": result.base_url,
                 "model": result.model,
@@ -153,12 +168,23 @@ def bench(
                 "notes": result.notes,
                 "knee": result.knee.model_dump() if result.knee else None,
                 "points": [p.model_dump(mode="json") for p in result.points],
-            }
-        )
+            }, indent=2, default=str)))
     else:
-        typer.echo(render(result))
+        typer.echo(scrubbed(render(result)))
     if result.failed:
         raise typer.Exit(1)
+
+
+def check_writable(path: Path) -> None:
+    """Refuse an ``--output`` that cannot be written (a directory, a missing parent that cannot be made)."""
+    if path.is_dir():
+        raise UserError(f"--output {shown(str(path))}: is a directory; give a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--output {shown(str(path))}: cannot create its directory ({exc.strerror}); pick a writable path") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"--output {shown(str(path))}: its directory is not writable; pick a writable path")
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -168,7 +194,7 @@ def _write_atomic(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
-        raise UserError(f"--output {path}: cannot write ({exc.strerror}); pick a writable path") from None
+        raise UserError(f"--output {shown(str(path))}: cannot write ({exc.strerror}); pick a writable path") from None
 
 
 def register(app: typer.Typer) -> None:

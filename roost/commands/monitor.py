@@ -139,7 +139,7 @@ def up_cmd(
     grafana_image: Annotated[str, typer.Option("--grafana-image")] = "",
     no_grafana: Annotated[bool, typer.Option("--no-grafana", help="Start Prometheus only.")] = False,
     listen: Annotated[str, typer.Option("--listen", help="Prometheus's listen address.")] = "127.0.0.1:9090",
-    grafana_port: Annotated[int, typer.Option("--grafana-port")] = 3000,
+    grafana_port: Annotated[int, typer.Option("--grafana-port", min=1, max=65535)] = 3000,
     docker_url: Annotated[str, typer.Option("--docker-url", help="The Docker engine (default: the local socket).")] = "",
     rule: Annotated[list[str] | None, typer.Option("--rule", help="An alert threshold, NAME=VALUE.")] = None,
     scrape_interval: Annotated[str, typer.Option("--scrape-interval")] = "15s",

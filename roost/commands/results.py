@@ -21,6 +21,7 @@ import typer
 from roost.catalogue import fmt_value
 from roost.commands._common import echo_json, user_errors
 from roost.errors import UserError
+from roost.inputs.text import shown
 from roost.settings import results_dir as default_results_dir
 
 COLUMNS: list[tuple[str, str]] = [
@@ -108,7 +109,7 @@ def results(
         str | None, typer.Option("--model", help="Repo id (org/name), profile or served model name.")
     ] = None,
     host: Annotated[str | None, typer.Option("--host", help="Host name, e.g. spark or cpu.")] = None,
-    last: Annotated[int | None, typer.Option("--last", help="Only the latest N runs (after filtering).", min=1)] = None,
+    last: Annotated[int | None, typer.Option("--last", help="Only the latest N runs (after filtering).", min=1, max=10**9)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as a JSON list (every column).")] = False,
     results_dir: Annotated[
         Path | None,
@@ -163,12 +164,16 @@ def open_for_cli(results_dir: Path | None, store_url: str | None, credentials: s
         raise UserError("--credentials goes with an s3:// --store (or ROOST_RESULTS_STORE)")
     if results_dir is not None:
         if results_dir.exists() and not results_dir.is_dir():
-            raise UserError(f"--dir {results_dir}: not a directory; point it at a roost results directory")
+            raise UserError(f"--dir {shown(str(results_dir))}: not a directory; point it at a roost results directory")
         return open_store(results_dir.expanduser().resolve())
     url, field = (store_url, "--store") if store_url is not None else (os.environ.get(STORE_ENV, ""), STORE_ENV)
     block = credentials if credentials is not None else os.environ.get(CREDENTIALS_ENV, "")
     if not url.strip():
-        return open_store(default_results_dir())
+        default = default_results_dir()
+        if default.exists() and not default.is_dir():
+            raise UserError(f"ROOST_RESULTS_DIR {shown(str(default))}: not a directory; point it at a roost results "
+                            "directory (or unset it for ./results)")
+        return open_store(default)
     if block.strip():
         if not os.environ.get("PREFECT_API_URL"):
             named_by = "--credentials" if credentials is not None else CREDENTIALS_ENV
@@ -210,7 +215,7 @@ def serve(
     ctx: typer.Context,
     bind: Annotated[str, typer.Option("--bind", help="Address to listen on (e.g. the worker's tailnet address; "
                                       "0.0.0.0: every interface).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port).")] = 8765,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free port).")] = 8765,
     root: Annotated[
         Path | None,
         typer.Option("--root", help="Directory to serve (default: the reports of $ROOST_RESULTS_DIR, else "

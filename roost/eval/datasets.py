@@ -120,16 +120,44 @@ def _local_digest(files: Sequence[Path]) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
+HUB_TIMEOUT_S = (10.0, 30.0)
+"""Connect and read timeouts of huggingface_hub's requests for a dataset (its default client has none)."""
+
+
+def _bound_hub_requests() -> None:
+    """Give huggingface_hub's shared HTTP client connect and read timeouts: without them a Hub that
+    accepts a connection and never answers holds an evaluation forever."""
+    from huggingface_hub import set_client_factory
+    from huggingface_hub.utils import _http as hf_http
+
+    def bound(request: Any) -> None:  # its calls pass timeout=None per request: bound each one as it is sent
+        timeout = dict(request.extensions.get("timeout") or {})
+        for phase, limit in (("connect", HUB_TIMEOUT_S[0]), ("read", HUB_TIMEOUT_S[1]), ("write", HUB_TIMEOUT_S[1]),
+                             ("pool", HUB_TIMEOUT_S[1])):
+            if timeout.get(phase) is None:
+                timeout[phase] = limit
+        request.extensions["timeout"] = timeout
+
+    def factory() -> Any:
+        client = hf_http.default_client_factory()
+        client.event_hooks["request"] = [*client.event_hooks["request"], bound]
+        return client
+
+    set_client_factory(factory)
+
+
 def hub_dataset_dir(repo_id: str, revision: str | None, *, endpoint: str | None, token: str | None) -> tuple[Path, str]:
     """Download (or find in the cache) a dataset repo's data files: (local dir, commit sha)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
+    from roost.hub._http import resolve_endpoint
     from roost.hub.errors import FaultContext, is_transient, short_fault, to_roost_error
 
+    endpoint = resolve_endpoint(endpoint)  # an unusable HF_ENDPOINT is refused before any request
+    _bound_hub_requests()
     rev = revision or "main"
-    ctx = FaultContext(repo_id=repo_id, revision=rev, endpoint=endpoint or "https://huggingface.co",
-                       have_token=bool(token), stage="eval")
+    ctx = FaultContext(repo_id=repo_id, revision=rev, endpoint=endpoint, have_token=bool(token), stage="eval")
     try:
         local = snapshot_download(repo_id, repo_type="dataset", revision=rev, endpoint=endpoint, token=token,
                                   allow_patterns=[f"*{s}" for s in DATA_SUFFIXES])

@@ -30,6 +30,7 @@ from roost.eval.datasets import Dataset, DatasetInfo, load_dataset, sample
 from roost.eval.log import Answer, EvalLog, LogHeader, sample_digest
 from roost.eval.scoring import EvalSummary, summarize
 from roost.eval.tasks import EvalTask, Question, Sampling, get_task, split_reasoning, verdict
+from roost.inputs.text import shown
 from roost.vllm.client import VllmClient, display_url, run_sync
 
 RETRIES = 3
@@ -47,8 +48,8 @@ class EvalSettings(BaseModel):
 
     task: str
     dataset: str | None = Field(default=None, description="Path or Hub dataset repo; None: the task's upstream repo.")
-    limit: int | None = Field(default=None, ge=1)
-    per_category: int | None = Field(default=None, ge=1, description="None: the task's default (MMLU-Pro 50).")
+    limit: int | None = Field(default=None, ge=1, le=1 << 31)
+    per_category: int | None = Field(default=None, ge=1, le=1 << 31, description="None: the task's default (MMLU-Pro 50).")
     seed: int = 0
     sampling: Sampling = Field(default_factory=Sampling)
     max_tokens_given: bool = Field(default=True, description="False: the task default, capped to the server's window.")
@@ -246,10 +247,13 @@ async def check_server(client: VllmClient, model: str, settings: EvalSettings) -
     if listing.status_code in (401, 403):
         raise UserError(f"{display_url(client.base_url)} refused the API key (HTTP {listing.status_code}): give the "
                         f"server's key with --api-key or VLLM_API_KEY")
+    if listing.status_code == 200 and listing.problem:
+        raise UserError(f"{display_url(client.base_url)} answered /v1/models with {listing.problem}: is it an "
+                        "OpenAI-compatible server? pass its root URL (e.g. http://host:8000)")
     served = listing.get(model)
     if listing.status_code == 200 and served is None:
-        raise UserError(f"--model {model!r} is not served at {display_url(client.base_url)} "
-                        f"(it serves: {', '.join(listing.ids) or 'nothing'})")
+        raise UserError(f"--model {shown(model, 80)!r} is not served at {display_url(client.base_url)} "
+                        f"(it serves: {listing.listing()})")
     sampling = settings.sampling
     window = served.max_model_len if served else None
     if window is not None and sampling.max_tokens >= window:

@@ -61,10 +61,10 @@ class Sampling(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    temperature: float = Field(default=0.6, ge=0)
-    top_p: float = Field(default=0.95, gt=0, le=1)
-    top_k: int = Field(default=20, ge=-1)
-    max_tokens: int = Field(default=16384, ge=1)
+    temperature: float = Field(default=0.6, ge=0, le=100, allow_inf_nan=False)
+    top_p: float = Field(default=0.95, gt=0, le=1, allow_inf_nan=False)
+    top_k: int = Field(default=20, ge=-1, le=1 << 31)
+    max_tokens: int = Field(default=16384, ge=1, le=1 << 31)
     thinking: bool = True
     concurrency: int = Field(default=16, ge=1, le=1024)
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from roost.errors import UserError
+from roost.inputs.text import shown
 
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -127,12 +128,14 @@ def make_server(root: Path, bind: str = "127.0.0.1", port: int = DEFAULT_PORT) -
     cls = _Server6 if ":" in bind else _Server
     try:
         return cls((bind, port), handler)
+    except (UnicodeError, OverflowError, ValueError) as exc:  # a name no resolver takes (a label over 63 characters...)
+        raise UserError(f"--bind {shown(bind, 80)}: not an address ({exc})") from None
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise UserError(f"--port {port}: already in use on {bind}; choose another port") from None
         if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
-            raise UserError(f"--bind {bind}: not an address of this machine ({exc.strerror or exc})") from None
-        raise UserError(f"--bind {bind} --port {port}: cannot listen ({exc.strerror or exc})") from None
+            raise UserError(f"--bind {shown(bind, 80)}: not an address of this machine ({exc.strerror or exc})") from None
+        raise UserError(f"--bind {shown(bind, 80)} --port {port}: cannot listen ({exc.strerror or exc})") from None
 
 
 def server_url(server: ThreadingHTTPServer, bind: str) -> str:

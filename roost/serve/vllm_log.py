@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-_KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU)?\s*KV cache size:\s*([\d,]+)\s*tokens")
+_KV_TOKENS = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")  # after "GPU "/"CPU "...; no prefix: linear on long lines
 _MAX_CONC = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x")
 _BLOCK = re.compile(r"Setting attention block size to\s*(\d+)\s*tokens")
 _LOAD = re.compile(r"Model loading took\s*([\d.]+)\s*GiB(?: memory)? and\s*([\d.]+)\s*s")
@@ -61,7 +61,7 @@ _ATTN = [
     re.compile(r"Using (?P<name>[A-Z][A-Z0-9_]+) attention backend out of potential backends"),
     re.compile(r"Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*_[A-Z0-9_]+|FLASHINFER|FLASHMLA) backend\."),
     # 0.7-0.11, V1 engine
-    re.compile(r"Using (?P<name>[A-Z][\w ]*?) backend(?: for \S+| with HND KV cache layout)? on V1 engine"),
+    re.compile(r"Using (?P<name>[A-Z][\w ]{0,60}?) backend(?: for \S+| with HND KV cache layout)? on V1 engine"),
     # 0.7-0.10, V0 engine and the CPU platform
     re.compile(
         r"Using (?P<name>Flash Attention|FlashInfer|XFormers|Torch SDPA|Triton MLA|FlashMLA|CPU MLA|"
@@ -91,9 +91,9 @@ _ATTN_NAMES = {
 _MOE_KINDS = r"Unquantized|Fp8|FP8|NvFp4|Mxfp4|MxFp8|Int8|WNA16|W4A8 Int8|W4A8"
 _MOE = [
     # 0.18+ oracles: "Using FlashInfer CUTLASS Unquantized MoE backend out of ...", "Using 'MARLIN' Mxfp4 MoE backend."
-    re.compile(rf"Using '?(?P<name>[^'\n]+?)'? (?P<kind>{_MOE_KINDS}) MoE backend"),
+    re.compile(rf"Using '?(?P<name>[^'\n]{{1,80}}?)'? (?P<kind>{_MOE_KINDS}) MoE backend"),
     # 0.14-0.18: "Using FlashInfer CUTLASS backend for NvFp4 MoE"
-    re.compile(rf"Using (?P<name>[^\n]+?) backend for (?P<kind>{_MOE_KINDS}) MoE"),
+    re.compile(rf"Using (?P<name>[^\n]{{1,80}}?) backend for (?P<kind>{_MOE_KINDS}) MoE"),
     # 0.11: fp8.py / modelopt.py "Using FlashInfer CUTLASS kernels[ for ModelOptNvFp4FusedMoE.]"
     re.compile(r"Using (?P<name>FlashInfer (?:CUTLASS|TensorRT-LLM|CUTEDSL)) kernels(?: for (?P<kind>\w+))?"),
     # 0.9-0.11: fp8.py
@@ -102,7 +102,7 @@ _MOE = [
     re.compile(r"Using (?P<name>FlashInfer) kernels for (?P<kind>\w+)\."),
     re.compile(r"Falling back to (?P<name>Marlin) (?P<kind>FP4) MoE kernel"),
     # 0.11: mxfp4.py
-    re.compile(r"Using (?P<name>FlashInfer MXFP4 [\w ]+?) backend for SM\d+"),
+    re.compile(r"Using (?P<name>FlashInfer MXFP4 [\w ]{1,60}?) backend for SM\d+"),
 ]
 _MOE_EXPERTS = re.compile(r"Using (?P<name>\w+) MoE backend\s*$", re.MULTILINE)  # 0.32, the experts class
 

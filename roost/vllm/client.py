@@ -32,7 +32,6 @@ The client is asynchronous; synchronous callers (a Prefect task, the CLI) run a 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import json
 import math
@@ -44,19 +43,51 @@ from typing import Any, TypeVar
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import httpx
+import orjson
 from pydantic import BaseModel, Field
 
 from roost.errors import UserError
+from roost.inputs.jsondoc import parse_json
+from roost.inputs.text import redact_url, shown
 from roost.secrets import redact
 from roost.vllm.relay import Relay
 from roost.vllm.stream import ChatStream, ErrorKind, Phase, RequestRecord, error_text
 from roost.vllm.timed_net import ConnectFailed, Connection, ConnectionPool, HttpError
+
+MAX_WINDOW = 1 << 31
+"""The largest served window (``max_model_len``) an answer may claim; beyond it the claim is ignored."""
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""The largest JSON answer roost parses from a server (a model list, a token count)."""
+
+
+def answer_json(resp: httpx.Response) -> Any:
+    """A server's JSON answer parsed with bounded depth and size; None when it is not JSON (or too big)."""
+    body = resp.content
+    if len(body) > MAX_ANSWER_BYTES:
+        return None
+    try:
+        return parse_json(body, "answer", "")
+    except UserError:
+        return None
+
+
+def body_message(body: bytes) -> str:
+    """What an error answer's body says: its JSON error message, else its first 300 characters; one line."""
+    try:
+        obj = parse_json(body[:MAX_ANSWER_BYTES], "answer", "") if body else None
+        msg = error_text(obj) if obj is not None else ""
+    except UserError:
+        msg = ""
+    return shown(msg or body[:300].decode("utf-8", "replace"), 300)
 
 
 def normalize_base_url(base_url: str) -> str:
     """``http://host:port`` from what a user may type (a trailing ``/``, ``/v1``); a UserError for
     what cannot be a server's URL."""
     url = base_url.strip()
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise UserError(f"server URL {shown(redact_url(url), 200)!r} holds a space or a control character: give e.g. "
+                        "http://127.0.0.1:8000")
     if "://" not in url:
         url = "http://" + url
     head, sep, rest = url.partition("://")
@@ -68,9 +99,15 @@ def normalize_base_url(base_url: str) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError for a port out of range or not a number)
     except ValueError as exc:
-        raise UserError(f"server URL {base_url!r} is not usable ({exc}): give e.g. http://127.0.0.1:8000") from None
+        raise UserError(f"server URL {shown(redact_url(base_url), 200)!r} is not usable ({exc}): give e.g. "
+                        "http://127.0.0.1:8000") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"server URL {base_url!r} is not usable: give e.g. http://127.0.0.1:8000")
+        raise UserError(f"server URL {shown(redact_url(base_url), 200)!r} is not usable: give e.g. http://127.0.0.1:8000")
+    try:
+        httpx.URL(url)  # what httpx itself refuses (a hostname IDNA cannot encode...)
+    except httpx.InvalidURL as exc:
+        raise UserError(f"server URL {shown(redact_url(base_url), 200)!r} is not usable ({shown(str(exc), 120)}): "
+                        "give e.g. http://127.0.0.1:8000") from None
     return url
 
 
@@ -109,6 +146,13 @@ class ModelsAnswer(BaseModel):
     status_code: int
     models: list[ServedModel] = Field(default_factory=list)
     data: list[dict[str, Any]] = Field(default_factory=list, description="The entries as the server sent them.")
+    problem: str = Field(default="", description="Why a 200 answer is not an OpenAI model list ('' when it is).")
+
+    def listing(self, limit: int = 10) -> str:
+        """The served ids for a message: the first ``limit``, then how many more."""
+        ids = self.ids
+        shown_ids = ", ".join(shown(i, 80) for i in ids[:limit])
+        return shown_ids + (f" and {len(ids) - limit:,} more" if len(ids) > limit else "") if ids else "nothing"
 
     @property
     def ids(self) -> list[str]:
@@ -189,6 +233,12 @@ class VllmClient:
         """``text`` with the API key removed (error messages are recorded and logged)."""
         return redact(text, [self._secret])
 
+    def error_message(self, resp: httpx.Response) -> str:
+        """What a failed answer says, as roost may record it: the server's error message (or the start
+        of its body), one line, at most 300 characters, the API key removed (a server may echo the
+        request's headers back)."""
+        return self.scrub(body_message(resp.content))
+
     # --- plain requests -----------------------------------------------------------------------
 
     async def post_json(self, path: str, body: Mapping[str, Any], *, timeout_s: float = 60.0) -> httpx.Response:
@@ -247,13 +297,20 @@ class VllmClient:
         models: list[ServedModel] = []
         data: list[dict[str, Any]] = []
         if resp.status_code == 200:
-            with contextlib.suppress(ValueError, AttributeError, TypeError):
-                for m in resp.json().get("data") or []:
-                    if isinstance(m, dict) and m.get("id") is not None:
-                        window = m.get("max_model_len")
-                        models.append(ServedModel(id=str(m["id"]),
-                                                  max_model_len=window if type(window) is int else None))
-                        data.append(m)
+            obj = answer_json(resp)
+            entries = obj.get("data") if isinstance(obj, dict) else None
+            if not isinstance(entries, list):
+                what = "not JSON" if obj is None else f'"data": {shown(orjson.dumps(entries).decode(), 40)}' \
+                    if isinstance(obj, dict) else f"a JSON {type(obj).__name__}"
+                return ModelsAnswer(status_code=200, problem=f"{what}, not a model list")
+            for m in entries:
+                if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]:
+                    window = m.get("max_model_len")
+                    models.append(ServedModel(id=m["id"], max_model_len=window if type(window) is int and
+                                              0 < window <= MAX_WINDOW else None))
+                    data.append(m)
+            if entries and not models:
+                return ModelsAnswer(status_code=200, problem="a model list whose entries have no string id")
         return ModelsAnswer(status_code=resp.status_code, models=models, data=data)
 
     async def version(self, *, timeout_s: float = 5.0) -> str:
@@ -383,10 +440,7 @@ class VllmClient:
                 failure = ("timeout", st.expired)
             elif st.error_body is not None:
                 body = bytes(st.error_body)
-                try:
-                    msg = error_text(json.loads(body))
-                except ValueError:
-                    msg = body.decode("utf-8", "replace")[:300] or st.reason
+                msg = body_message(body) or st.reason
                 failure = ("http", f"HTTP {st.status}: {msg}")
             elif st.stream_error:
                 failure = ("stream_error", f"error event mid-stream: {st.stream_error}")

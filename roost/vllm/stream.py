@@ -120,7 +120,7 @@ class SSEParser:
             return [data.strip()]
         try:
             json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
         return [data]
 
@@ -256,7 +256,7 @@ class ChatStream:
             obj, end = _raw_decode(text)
             if end != len(text):
                 obj = json.loads(text)  # trailing whitespace is fine, trailing garbage is not
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than any event is
             if data.strip() == b"[DONE]":
                 self.done = True
                 return True

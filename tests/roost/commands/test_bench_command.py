@@ -117,5 +117,7 @@ def test_nothing_listening_exits_1() -> None:
 def test_parse_int_list() -> None:
     assert parse_int_list("512, 2_048,max", "--x", allow_max=True) == [512, 2048, 0]
     assert parse_int_list("", "--x") == []
-    with pytest.raises(UserError, match="must be at least 1"):
+    with pytest.raises(UserError, match="must be from 1 to"):
         parse_int_list("0", "--x")
+    with pytest.raises(UserError, match="must be from 1 to 8"):
+        parse_int_list("4,9", "--x", limit=8)
