@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable
 from roost.checkpoint.layout import expected_vision_tensors, nvfp4_problems
 from roost.checkpoint.model import Checkpoint
 from roost.checkpoint.safetensors_header import INDEX_NAME
-from roost.errors import UserError
 from roost.records import Finding, Severity
 
 Check = Callable[[Checkpoint], list[Finding]]
@@ -240,10 +239,9 @@ def check_vision(ck: Checkpoint) -> list[Finding]:
 def check_quantization(ck: Checkpoint) -> list[Finding]:
     """Quantized modules complete (NVFP4 scales of the right dtype and shape, FP8 scales) and declared."""
     q = ck.config.quantization or {}
-    group_size = q.get("group_size") or 16
+    group_size = q.get("group_size")  # an int or None: roost.checkpoint.config checked it (-1: per channel)
     if type(group_size) is not int or group_size <= 0:
-        raise UserError(f"{ck.location}/config.json: quantization_config.group_size must be a positive integer, "
-                        f"got {group_size!r}")
+        group_size = 16
     nvfp4_issues: list[str] = []
     fp8_unscaled: list[str] = []
     for m in ck.tensors.quant_modules:

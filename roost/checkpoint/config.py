@@ -3,19 +3,35 @@
 ``load_config`` reads ``config.json`` (fields at top level or under ``text_config``, as multimodal
 configs nest them) and, when ModelOpt ships one, ``hf_quant_config.json``. A missing or malformed
 field is a :class:`~roost.errors.UserError` naming it (exit 2).
+
+``config_from_bytes`` is the pure parse (bytes in, :class:`ModelConfigInfo` or a UserError out): a
+local directory and a Hub preflight both end there. The JSON is parsed with bounded depth and
+numbers (:mod:`roost.inputs.jsondoc`); every field read is type-checked, every count bounded by
+``BOUNDS`` (far above any real model, so that a corrupt value is refused instead of being allocated
+or multiplied), and what vLLM refuses to build is refused here too (KV heads that do not divide the
+attention heads, a head size of 0).
 """
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from roost.checkpoint.files import CheckpointFiles, LocalFiles
+from roost.checkpoint.files import (
+    CONFIG_LIMIT,
+    CONFIG_NAME,
+    QUANT_CONFIG_NAME,
+    CheckpointFiles,
+    LocalFiles,
+    too_large,
+)
 from roost.errors import UserError
+from roost.inputs.jsondoc import parse_object
+from roost.inputs.text import shown
 
 LayerType = Literal["full_attention", "linear_attention", "sliding_attention"]
 
@@ -65,11 +81,43 @@ class ModelConfigInfo(BaseModel):
         return sum(t == "linear_attention" for t in self.layer_types)
 
 
-def _first(d: Mapping[str, Any], *keys: str) -> Any:
-    for k in keys:
-        if d.get(k) is not None:
-            return d[k]
-    return None
+# The largest value each integer field may hold, and why. Each is far above every released model (the
+# largest known in brackets), so none refuses a real checkpoint; what they keep out is a corrupt or
+# hostile value that roost would otherwise allocate (one list entry per layer) or multiply into the KV
+# plan. Within them every derived figure is an exact Python integer far from a float's range.
+MAX_LAYERS = 10_000
+"""Decoder layers, MTP layers, vision depth, full_attention_interval [Llama 3.1 405B: 126; GPT-3: 96]."""
+MAX_HIDDEN = 1 << 20
+"""hidden_size [PaLM 540B: 18,432]."""
+MAX_HEADS = 1 << 16
+"""Attention, KV and gated-delta-net heads [DeepSeek-V3, Llama 3.1 405B: 128]."""
+MAX_HEAD_DIM = 1 << 14
+"""head_dim and gated-delta-net head dims [Gemma: 256; DeepSeek MLA: 576]."""
+MAX_VOCAB = 1 << 24
+"""vocab_size [Gemma 3: 262,144]."""
+MAX_POSITIONS = 1 << 32
+"""max_position_embeddings and sliding_window [Llama 4 Scout: 10,485,760]."""
+MAX_EXPERTS = 1 << 16
+"""Routed experts and experts per token [Kimi K2: 384]."""
+MAX_CONV_KERNEL = 1 << 10
+"""Gated-delta-net conv kernel [Qwen3-Next: 4]."""
+MAX_GROUP_SIZE = 1 << 16
+"""quantization group size [NVFP4: 16; GPTQ/AWQ: 128]."""
+MAX_NAME = 256
+"""Characters of a class, model-type or dtype name [the longest architectures entries: ~40]."""
+
+_REMEDY = "fix config.json or re-download the checkpoint"
+
+
+def _r(value: object) -> str:
+    """An outside value as a message echoes it (its repr, one line, cut when long)."""
+    if type(value) is int and value.bit_length() > 200:  # repr() refuses past 4,300 digits
+        return _amount(abs(value)) if value > 0 else f"minus {_amount(-value)}"
+    return shown(repr(value))
+
+
+def _amount(n: int) -> str:
+    return f"{n:,}" if n.bit_length() <= 200 else f"a {n.bit_length()}-bit number"
 
 
 def load_config(model_dir: Path) -> ModelConfigInfo:
@@ -79,78 +127,168 @@ def load_config(model_dir: Path) -> ModelConfigInfo:
 
 def config_of(files: CheckpointFiles) -> ModelConfigInfo:
     """Parse the checkpoint's ``config.json`` (and ``hf_quant_config.json`` when ModelOpt ships one)."""
-    where = files.where("config.json")
-    data = files.read_small("config.json")
+    where = files.where(CONFIG_NAME)
+    data = files.read_small(CONFIG_NAME)
     if data is None:
-        raise UserError(f"{where}: not found; a Hugging Face checkpoint directory needs its config.json")
-    try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{where}: not valid JSON ({exc}); re-download config.json") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: must be a JSON object")
+        raise UserError(f"{shown(where)}: not found; a Hugging Face checkpoint directory needs its config.json")
+    quant = files.read_small(QUANT_CONFIG_NAME)
+    return config_from_bytes(data, where, quant, files.where(QUANT_CONFIG_NAME))
+
+
+def config_from_bytes(data: bytes, where: str = CONFIG_NAME, quant: bytes | None = None,
+                      quant_where: str = QUANT_CONFIG_NAME) -> ModelConfigInfo:
+    """The config in ``data`` (``config.json``'s bytes) and ``quant`` (``hf_quant_config.json``'s, when
+    shipped), or the one-line UserError naming ``where`` and the field. Pure: no I/O."""
+    if len(data) > CONFIG_LIMIT:
+        raise too_large(where, len(data), CONFIG_LIMIT)
+    raw = parse_object(data, shown(where), "re-download config.json")
     extra_quant: dict[str, Any] | None = None
-    quant = files.read_small("hf_quant_config.json")
     if quant is not None:
-        try:
-            q = json.loads(quant)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{files.where('hf_quant_config.json')}: not valid JSON ({exc})") from None
-        if isinstance(q, dict):
-            extra_quant = q.get("quantization", q) if isinstance(q.get("quantization", q), dict) else None
+        if len(quant) > CONFIG_LIMIT:
+            raise too_large(quant_where, len(quant), CONFIG_LIMIT)
+        q = parse_object(quant, shown(quant_where), "re-download hf_quant_config.json")
+        inner = q.get("quantization", q)
+        if not isinstance(inner, dict):
+            raise UserError(f"{shown(quant_where)}: field 'quantization' must be an object, got {_r(inner)}; "
+                            "fix or re-download hf_quant_config.json")
+        extra_quant = _checked_quant(inner, shown(quant_where), "quantization")
     return parse_config(raw, source=where, extra_quant=extra_quant)
 
 
+def _checked_quant(q: dict[str, Any], source: str, name: str) -> dict[str, Any]:
+    """A quantization object whose fields roost reads have their types (a UserError naming them otherwise)."""
+    for key in ("quant_method", "quant_algo", "kv_cache_quant_algo"):
+        v = q.get(key)
+        if v is not None and not _is_text(v):
+            raise UserError(f"{source}: {name}.{key} must be a string, got {_r(v)}; {_REMEDY}")
+    g = q.get("group_size")
+    # -1 is GPTQ/AWQ's "one group per channel"
+    if g is not None and (type(g) is not int or not (g == -1 or 1 <= g <= MAX_GROUP_SIZE)):
+        kind = "a positive integer" if type(g) is not int else f"a positive integer no larger than {MAX_GROUP_SIZE:,}"
+        raise UserError(f"{source}: {name}.group_size must be {kind}, got {_r(g)}; {_REMEDY}")
+    nested = q.get("quantization")
+    if nested is not None:
+        if not isinstance(nested, dict):
+            raise UserError(f"{source}: {name}.quantization must be an object, got {_r(nested)}; {_REMEDY}")
+        _checked_quant(nested, source, f"{name}.quantization")
+    return q
+
+
+def _is_text(v: object) -> bool:
+    """A string a message and a report can print: valid Unicode (no lone surrogate), not absurdly long."""
+    if not isinstance(v, str) or len(v) > MAX_NAME:
+        return False
+    try:
+        v.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quant: dict[str, Any] | None = None) -> ModelConfigInfo:
-    """Build a :class:`ModelConfigInfo` from a config dict; a missing field is a UserError naming it."""
+    """Build a :class:`ModelConfigInfo` from a config dict; a missing, mistyped or out-of-range field is a
+    one-line UserError naming it."""
+    src = shown(str(source))
     text = raw.get("text_config")
-    text_cfg: Mapping[str, Any] = text if isinstance(text, dict) else {}
+    if text is not None and not isinstance(text, dict):
+        raise UserError(f"{src}: field 'text_config' must be an object, got {_r(text)}; {_REMEDY}")
+    text_cfg: Mapping[str, Any] = text or {}
+
+    def find(*keys: str) -> tuple[str, Any]:
+        """(the key found, its value): text_config's first, then the top level's; None when absent."""
+        for d in (text_cfg, raw):
+            for k in keys:
+                v = d.get(k)
+                if v is not None:
+                    return k, v
+        return keys[0], None
+
+    def at(key: str) -> str:
+        """Where the field was read, when under text_config (a message's tail)."""
+        return " (in text_config)" if text_cfg.get(key) is not None else ""
 
     def get(*keys: str) -> Any:
-        v = _first(text_cfg, *keys)
-        return v if v is not None else _first(raw, *keys)
+        return find(*keys)[1]
 
-    def need_int(*keys: str) -> int:
-        v = get(*keys)
+    def bounded(key: str, v: Any, low: int, high: int, where: str | None = None) -> int:
+        name = f"{key!r}{at(key) if where is None else where}"
+        if type(v) is float and math.isfinite(v) and v.is_integer() and v > high:  # orjson reads 2**64 and up as floats
+            raise UserError(f"{src}: field {name} is {v:.4g}, more than any model has (at most {high:,}); "
+                            f"the config is corrupt — {_REMEDY}")
+        if type(v) is not int or v < low:
+            kind = "a positive integer" if low == 1 else f"a whole number >= {low}"
+            raise UserError(f"{src}: field {key!r} must be {kind}, got {_r(v)}{at(key) if where is None else where}; "
+                            f"{_REMEDY}")
+        if v > high:
+            raise UserError(f"{src}: field {name} is {_amount(v)}, more than any model has (at most {high:,}); "
+                            f"the config is corrupt — {_REMEDY}")
+        return v
+
+    def need_int(*keys: str, high: int) -> int:
+        name, v = find(*keys)
         if v is None:
             raise UserError(
-                f"{source}: missing field {keys[0]!r} (looked at the top level and under text_config); "
+                f"{src}: missing field {keys[0]!r} (looked at the top level and under text_config); "
                 "the checkpoint's config.json is incomplete"
             )
-        if type(v) is not int or v <= 0:
-            raise UserError(f"{source}: field {keys[0]!r} must be a positive integer, got {v!r}")
-        return v
+        return bounded(name, v, 1, high)
 
-    def opt_int(*keys: str) -> int:
+    def opt_int(*keys: str, high: int) -> int:
         """An optional count: 0 when absent or null, a UserError naming the field when not a whole number >= 0."""
-        v = get(*keys)
+        name, v = find(*keys)
         if v is None or v is False:
             return 0
-        if type(v) is not int or v < 0:
-            raise UserError(f"{source}: field {keys[0]!r} must be a whole number >= 0, got {v!r}")
-        return v
+        return bounded(name, v, 0, high)
+
+    def opt_text(*keys: str) -> str | None:
+        key, v = find(*keys)
+        if v is not None and not _is_text(v):
+            raise UserError(f"{src}: field {key!r}{at(key)} must be a name (a string of at most {MAX_NAME} characters), "
+                            f"got {_r(v)}; {_REMEDY}")
+        return str(v) if v is not None else None
+
+    def opt_bool(*keys: str) -> bool | None:
+        key, v = find(*keys)
+        if v is not None and type(v) is not bool:
+            raise UserError(f"{src}: field {key!r}{at(key)} must be true or false, got {_r(v)}; {_REMEDY}")
+        return bool(v) if v is not None else None
 
     archs = raw.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
-        raise UserError(f"{source}: missing field 'architectures' (a list naming the model class)")
-    n_layers = need_int("num_hidden_layers", "n_layer", "num_layers")
-    hidden = need_int("hidden_size", "n_embd", "d_model")
-    heads = need_int("num_attention_heads", "n_head")
-    kv_heads_v = get("num_key_value_heads")
-    kv_heads = heads if kv_heads_v is None else need_int("num_key_value_heads")
-    head_dim_v = get("head_dim")
-    head_dim = hidden // heads if head_dim_v is None else need_int("head_dim")
-    vocab = need_int("vocab_size")
-    max_pos = need_int("max_position_embeddings", "n_positions", "max_seq_len")
+        raise UserError(f"{src}: missing field 'architectures' (a list naming the model class); {_REMEDY}")
+    if not all(_is_text(a) for a in archs):
+        raise UserError(f"{src}: field 'architectures' must list class names (strings of at most {MAX_NAME} "
+                        f"characters), got {_r(archs)}; {_REMEDY}")
+    n_layers = need_int("num_hidden_layers", "n_layer", "num_layers", high=MAX_LAYERS)
+    hidden = need_int("hidden_size", "n_embd", "d_model", high=MAX_HIDDEN)
+    heads = need_int("num_attention_heads", "n_head", high=MAX_HEADS)
+    kv_heads = heads if get("num_key_value_heads") is None else need_int("num_key_value_heads", high=MAX_HEADS)
+    if heads % kv_heads:
+        raise UserError(
+            f"{src}: num_key_value_heads ({kv_heads:,}) must divide num_attention_heads ({heads:,}): each KV head "
+            f"serves a whole group of query heads, and vLLM refuses this config — {_REMEDY}"
+        )
+    if get("head_dim") is None:
+        head_dim = hidden // heads
+        if head_dim == 0:
+            raise UserError(
+                f"{src}: hidden_size ({hidden:,}) is smaller than num_attention_heads ({heads:,}) and there is no "
+                f"head_dim, so each head would have 0 dimensions; set head_dim — {_REMEDY}"
+            )
+    else:
+        head_dim = need_int("head_dim", high=MAX_HEAD_DIM)
+    vocab = need_int("vocab_size", high=MAX_VOCAB)
+    max_pos = need_int("max_position_embeddings", "n_positions", "max_seq_len", high=MAX_POSITIONS)
 
     layer_types_raw = get("layer_types")
-    interval = get("full_attention_interval")
+    interval_name, interval = find("full_attention_interval")
     layer_types: list[LayerType]
     if layer_types_raw is not None:
         if not isinstance(layer_types_raw, list) or len(layer_types_raw) != n_layers:
             raise UserError(
-                f"{source}: layer_types must list one entry per layer ({n_layers}), "
+                f"{src}: layer_types must list one entry per layer ({n_layers}), "
                 f"got {len(layer_types_raw) if isinstance(layer_types_raw, list) else type(layer_types_raw).__name__}"
+                f"; {_REMEDY}"
             )
         layer_types = []
         for i, t in enumerate(layer_types_raw):
@@ -161,10 +299,9 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
             elif t in ("sliding_attention", "sliding_window"):
                 layer_types.append("sliding_attention")
             else:
-                raise UserError(f"{source}: layer_types[{i}] = {t!r} is not a known layer type")
+                raise UserError(f"{src}: layer_types[{i}] = {_r(t)} is not a known layer type; {_REMEDY}")
     elif interval is not None:
-        if type(interval) is not int or interval <= 0:
-            raise UserError(f"{source}: full_attention_interval must be a positive integer, got {interval!r}")
+        interval = bounded(interval_name, interval, 1, MAX_LAYERS)
         layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)]
     else:
         layer_types = ["full_attention"] * n_layers
@@ -172,19 +309,19 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
     gdn: GdnDims | None = None
     if "linear_attention" in layer_types:
         gdn = GdnDims(
-            num_k_heads=need_int("linear_num_key_heads"),
-            num_v_heads=need_int("linear_num_value_heads"),
-            head_k_dim=need_int("linear_key_head_dim"),
-            head_v_dim=need_int("linear_value_head_dim"),
-            conv_kernel=need_int("linear_conv_kernel_dim"),
+            num_k_heads=need_int("linear_num_key_heads", high=MAX_HEADS),
+            num_v_heads=need_int("linear_num_value_heads", high=MAX_HEADS),
+            head_k_dim=need_int("linear_key_head_dim", high=MAX_HEAD_DIM),
+            head_v_dim=need_int("linear_value_head_dim", high=MAX_HEAD_DIM),
+            conv_kernel=need_int("linear_conv_kernel_dim", high=MAX_CONV_KERNEL),
         )
 
-    num_experts = opt_int("num_experts", "num_local_experts", "n_routed_experts")
-    top_k = opt_int("num_experts_per_tok", "moe_topk", "top_k")
+    num_experts = opt_int("num_experts", "num_local_experts", "n_routed_experts", high=MAX_EXPERTS)
+    top_k = opt_int("num_experts_per_tok", "moe_topk", "top_k", high=MAX_EXPERTS)
     if num_experts and not top_k:
-        raise UserError(f"{source}: MoE config (num_experts={num_experts}) lacks num_experts_per_tok")
-    mtp_prefix = opt_int("mtp_num_hidden_layers")
-    nextn = opt_int("num_nextn_predict_layers")
+        raise UserError(f"{src}: MoE config (num_experts={num_experts}) lacks num_experts_per_tok; {_REMEDY}")
+    mtp_prefix = opt_int("mtp_num_hidden_layers", high=MAX_LAYERS)
+    nextn = opt_int("num_nextn_predict_layers", high=MAX_LAYERS)
     if mtp_prefix:
         mtp_n, mtp_style = mtp_prefix, "mtp_prefix"
     elif nextn:
@@ -193,19 +330,43 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
         mtp_n, mtp_style = 0, "none"
 
     vision = raw.get("vision_config")
+    if vision is not None and not isinstance(vision, dict):
+        raise UserError(f"{src}: field 'vision_config' must be an object, got {_r(vision)}; {_REMEDY}")
     vision_depth = None
     if isinstance(vision, dict):
-        d = _first(vision, "depth", "num_hidden_layers")
-        vision_depth = d if type(d) is int else None
-    dtype = get("torch_dtype", "dtype") or "bfloat16"
-    quant = raw.get("quantization_config") or text_cfg.get("quantization_config") or extra_quant
+        for key in ("depth", "num_hidden_layers"):
+            if vision.get(key) is not None:
+                vision_depth = bounded(f"vision_config.{key}", vision[key], 0, MAX_LAYERS, "")
+                break
+    for scope in (raw, text_cfg):
+        _check_rope(scope, src, "text_config." if scope is text_cfg else "")
+    dtype = opt_text("torch_dtype", "dtype") or "bfloat16"
+    quant = None
+    for scope, prefix in ((raw, ""), (text_cfg, "text_config.")):
+        q = scope.get("quantization_config")
+        if q is not None and not isinstance(q, dict):
+            raise UserError(f"{src}: field '{prefix}quantization_config' must be an object, got {_r(q)}; {_REMEDY}")
+        if q:
+            _checked_quant(q, src, f"{prefix}quantization_config")
+            quant = quant or q
+    quant = quant or extra_quant
     tie = raw.get("tie_word_embeddings")
     if tie is None:
         tie = text_cfg.get("tie_word_embeddings", False)
-    sliding = get("sliding_window") if "sliding_attention" in layer_types or get("use_sliding_window") else None
+    if tie is not None and type(tie) is not bool:
+        raise UserError(f"{src}: field 'tie_word_embeddings' must be true or false, got {_r(tie)}; {_REMEDY}")
+    for scope, prefix in ((raw, ""), (text_cfg, "text_config.")):
+        mt = scope.get("model_type")
+        if mt is not None and not _is_text(mt):
+            raise UserError(f"{src}: field '{prefix}model_type' must be a name (a string of at most {MAX_NAME} "
+                            f"characters), got {_r(mt)}; {_REMEDY}")
+    model_type = raw.get("model_type") or text_cfg.get("model_type") or ""
+    sliding_name, sliding_v = find("sliding_window")
+    sliding_window = None if sliding_v is None else bounded(sliding_name, sliding_v, 0, MAX_POSITIONS)
+    use_sliding = opt_bool("use_sliding_window")
     return ModelConfigInfo(
         architecture=archs[0],
-        model_type=str(raw.get("model_type") or text_cfg.get("model_type") or ""),
+        model_type=model_type,
         num_hidden_layers=n_layers,
         hidden_size=hidden,
         num_attention_heads=heads,
@@ -214,7 +375,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
         vocab_size=vocab,
         max_position_embeddings=max_pos,
         layer_types=layer_types,
-        dtype=str(dtype),
+        dtype=dtype,
         tie_word_embeddings=bool(tie),
         num_experts=num_experts,
         num_experts_per_tok=top_k,
@@ -223,10 +384,39 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
         has_vision_config=isinstance(vision, dict),
         vision_depth=vision_depth,
         gdn=gdn,
-        mamba_ssm_dtype=get("mamba_ssm_dtype"),
-        sliding_window=sliding if type(sliding) is int else None,
-        quantization=quant if isinstance(quant, dict) else None,
+        mamba_ssm_dtype=opt_text("mamba_ssm_dtype"),
+        sliding_window=sliding_window if "sliding_attention" in layer_types or use_sliding else None,
+        quantization=quant,
     )
+
+
+def _check_rope(d: Mapping[str, Any], src: str, prefix: str) -> None:
+    """``rope_scaling`` / ``rope_parameters``: an object (or null) whose type is a name and factor a positive
+    number; ``rope_theta`` a positive number. vLLM builds the rotary embedding from them."""
+    theta = d.get("rope_theta")
+    if theta is not None and not _positive_number(theta):
+        raise UserError(f"{src}: field '{prefix}rope_theta' must be a positive number, got {_r(theta)}; {_REMEDY}")
+    for key in ("rope_scaling", "rope_parameters"):
+        v = d.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, dict):
+            raise UserError(f"{src}: field '{prefix}{key}' must be an object or null, got {_r(v)}; {_REMEDY}")
+        for sub in ("rope_type", "type"):
+            t = v.get(sub)
+            if t is not None and not _is_text(t):
+                raise UserError(f"{src}: field '{prefix}{key}.{sub}' must be a name, got {_r(t)}; {_REMEDY}")
+        for sub in ("factor", "rope_theta"):
+            f = v.get(sub)
+            if f is not None and not _positive_number(f):
+                raise UserError(f"{src}: field '{prefix}{key}.{sub}' must be a positive number, got {_r(f)}; {_REMEDY}")
+
+
+def _positive_number(v: object) -> bool:
+    """A JSON number above 0: a positive int (of any size), or a finite positive float (not a bool)."""
+    if type(v) is int:
+        return v > 0
+    return type(v) is float and math.isfinite(v) and v > 0
 
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "float8_e4m3fn": 1}
@@ -237,4 +427,4 @@ def dtype_bytes(name: str) -> int:
     try:
         return DTYPE_BYTES[name.removeprefix("torch.")]
     except KeyError:
-        raise UserError(f"unsupported dtype {name!r}: use bfloat16, float16 or float32") from None
+        raise UserError(f"unsupported dtype {_r(name)}: use bfloat16, float16 or float32") from None

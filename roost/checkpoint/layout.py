@@ -63,7 +63,7 @@ _VISION_PREFIXES = (
     "model.mm_projector.",
     "mm_projector.",
 )
-_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")
+_LAYER_RE = re.compile(r"(?:^|\.)layers\.([0-9]{1,18})\.(.+)$")
 
 
 def classify(name: str, mtp_layer_start: int | None = None) -> tuple[TensorClass, int | None]:

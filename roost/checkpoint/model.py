@@ -17,13 +17,15 @@ running, it would walk them again and again, and once more when it resumes if th
 
 Unusable input (no directory, no config, a corrupt header or index, an index naming a path outside
 the directory) raises :class:`~roost.errors.UserError` (exit 2); what the audit can describe is left
-to the checks.
+to the checks. The index is parsed by :func:`parse_index` (bytes in, no I/O), the config by
+:func:`roost.checkpoint.config.config_from_bytes`, each header by
+:func:`roost.checkpoint.safetensors_header.parse_header`: a directory and a Hub preflight meet the
+same parsers.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections import Counter, defaultdict
@@ -34,11 +36,10 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 import msgspec
-import orjson
 from pydantic import BaseModel, Field
 
 from roost.checkpoint.config import ModelConfigInfo, config_of
-from roost.checkpoint.files import CheckpointFiles, LocalFiles
+from roost.checkpoint.files import INDEX_LIMIT, CheckpointFiles, LocalFiles, too_large
 from roost.checkpoint.layout import (
     SCALE_ROLES,
     TENSOR_CLASSES,
@@ -54,9 +55,12 @@ from roost.checkpoint.safetensors_header import (
     RawEntry,
     ShardHeader,
     TensorEntry,
+    is_utf8,
     paused_gc,
 )
 from roost.errors import UserError
+from roost.inputs.jsondoc import parse_object
+from roost.inputs.text import shown
 
 ExpertLayout = Literal["none", "per_expert", "fused"]
 
@@ -189,40 +193,62 @@ def read_index(files: CheckpointFiles) -> tuple[dict[str, str], list[str]] | Non
     raw = files.read_small(INDEX_NAME)
     if raw is None:
         return None
-    where = files.where(INDEX_NAME)
-    try:  # the typed decoder checks the document's shape in C
+    return parse_index(raw, files.where(INDEX_NAME))
+
+
+_REMEDY_INDEX = "re-download model.safetensors.index.json"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NAME_MAX = 255  # bytes in one path component (NAME_MAX on Linux and macOS)
+_PATH_MAX = 4096  # bytes in a path (PATH_MAX on Linux)
+
+
+def parse_index(raw: bytes, where: str = INDEX_NAME) -> tuple[dict[str, str], list[str]]:
+    """The weight map of an index's bytes and the shards it names (sorted), or the UserError naming
+    ``where`` and what is wrong (pure: no I/O; local and fetched indexes both come here)."""
+    if len(raw) > INDEX_LIMIT:
+        raise too_large(where, len(raw), INDEX_LIMIT)
+    try:  # the typed decoder checks the document's shape in C (but not the bytes of the keys it skips)
+        if not is_utf8(raw):
+            raise msgspec.DecodeError
         with paused_gc():
             wm = _DECODE_INDEX.decode(raw).weight_map
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         wm = _weight_map_or_why(where, raw)
     return _checked_index(where, wm)
 
 
 def _weight_map_or_why(where: str, raw: bytes) -> dict[str, str]:
-    """The weight map of an index the typed decoder refused, read by orjson, or the UserError saying
-    what is wrong with it."""
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        try:  # the standard library's message names the line and column
-            obj = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{where}: not valid JSON ({exc}); re-download the index") from None
-    wm = obj.get("weight_map") if isinstance(obj, dict) else None
+    """The weight map of an index the typed decoder refused (parsed by :func:`roost.inputs.jsondoc.parse_object`,
+    which bounds depth and numbers), or the UserError saying what is wrong with it."""
+    obj = parse_object(raw, shown(where), _REMEDY_INDEX)
+    wm = obj.get("weight_map")
     if not isinstance(wm, dict) or not all(type(v) is str for v in wm.values()):
-        raise UserError(f"{where}: needs a 'weight_map' object mapping tensor names to shard file names")
+        raise UserError(f"{shown(where)}: needs a 'weight_map' object mapping tensor names to shard file names; "
+                        f"{_REMEDY_INDEX}")
+    try:  # the standard library's parser (jsondoc's fallback) lets lone surrogates through: no file has them
+        "\n".join(wm).encode()
+        "\n".join(wm.values()).encode()
+    except UnicodeEncodeError:
+        raise UserError(f"{shown(where)}: weight_map holds a name that is not valid UTF-8; {_REMEDY_INDEX}") from None
     return wm
 
 
 def _checked_index(where: str, wm: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """The weight map and its shards (sorted), each checked to stay inside the checkpoint directory."""
+    """The weight map and its shards (sorted), each checked to stay inside the checkpoint directory and
+    to be a name a file can have."""
     shards = set(wm.values())
     for shard in shards:
         p = PurePosixPath(shard)
         if p.is_absolute() or ".." in p.parts or "\\" in shard or not shard:
             raise UserError(
-                f"{where}: weight_map names shard {shard!r}, a path outside the checkpoint directory; "
-                "refusing to read it — the index is corrupt or hostile"
+                f"{shown(where)}: weight_map names shard {shown(repr(shard))}, a path outside the checkpoint "
+                "directory; refusing to read it — the index is corrupt or hostile"
+            )
+        encoded = shard.encode()
+        if _CONTROL.search(shard) or len(encoded) > _PATH_MAX or any(len(c.encode()) > _NAME_MAX for c in p.parts):
+            raise UserError(
+                f"{shown(where)}: weight_map names shard {shown(repr(shard))}, which is not a file name a "
+                f"checkpoint can hold (control characters, or longer than the system allows); {_REMEDY_INDEX}"
             )
     return wm, sorted(shards)
 

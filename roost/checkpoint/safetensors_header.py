@@ -14,6 +14,10 @@ writer puts it) is parsed again by ``orjson`` and walked entry by entry, which n
 Validation mirrors what ``safetensors`` itself enforces, and then some: the length fits the file,
 every dtype is known, every span lies inside the data section, ``end - begin`` equals the tensor's
 byte size (sub-byte dtypes included), and the spans tile the data section with no overlap and no gap.
+Beyond safetensors: at most ``MAX_NDIM`` dimensions of at most ``MAX_DIM`` each (the element count's
+arithmetic stays small), and no key twice in one object (the JSON parsers keep the last silently; a
+tensor declared twice is ambiguous). Every message echoes outside values through
+:func:`roost.inputs.text.shown` and formats sizes as integers (never a float that could overflow).
 Any violation is a :class:`HeaderError` naming the file and the tensor (exit 2).
 
 Writing headers (and shards) is :mod:`roost.checkpoint.writer`'s job.
@@ -25,6 +29,7 @@ import gc
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +43,8 @@ import msgspec
 import orjson
 
 from roost.errors import UserError
+from roost.inputs.files import kind_of
+from roost.inputs.text import shown
 
 # Bits per element for every dtype safetensors can store (safetensors 0.8 Dtype enum).
 # Sub-byte formats (F4 = FP4 E2M1, F6_*) are packed; ModelOpt NVFP4 checkpoints instead store their
@@ -81,6 +88,10 @@ INDEX_NAME = "model.safetensors.index.json"
 SINGLE_FILE_NAME = "model.safetensors"
 # First read: the length prefix plus this much header. Bigger headers take one more read.
 _FIRST_READ = 1 << 18
+# Dimensions of one tensor: numpy's limit (NPY_MAXDIMS, 64); model weights have at most 5.
+MAX_NDIM = 64
+# Largest dimension: safetensors stores them as u64.
+MAX_DIM = (1 << 64) - 1
 
 
 class HeaderError(UserError):
@@ -166,21 +177,27 @@ def paused_gc() -> Iterator[None]:
 
 def read_header(path: Path) -> ShardHeader:
     """Read and validate the header of one ``.safetensors`` file (never its data)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    where = shown(str(path))
+    try:  # O_NONBLOCK: a FIFO in a shard's place opens at once (and is refused below) instead of waiting
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise HeaderError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise HeaderError(f"{path}: cannot open ({exc.strerror})") from None
+        raise HeaderError(f"{where}: file not found") from None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not a valid path"
+        raise HeaderError(f"{where}: cannot open ({reason})") from None
     try:
-        file_size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise HeaderError(f"{where} is {kind_of(st.st_mode)}, not a regular file: a shard must be a file; "
+                              "re-download it")
+        file_size = st.st_size
         head = os.pread(fd, _FIRST_READ, 0)
         header_len = header_length(path, head, file_size, "re-download it")
         raw = head[8 : 8 + header_len]
         if len(raw) < header_len:
             raw += os.pread(fd, header_len - len(raw), 8 + len(raw))
         if len(raw) < header_len:
-            raise HeaderError(f"{path}: truncated while reading its {header_len:,}-byte header; re-download it")
+            raise HeaderError(f"{where}: truncated while reading its {header_len:,}-byte header; re-download it")
     finally:
         os.close(fd)
     return parse_header(path, raw, file_size)
@@ -189,18 +206,19 @@ def read_header(path: Path) -> ShardHeader:
 def header_length(where: Path | str, prefix: bytes, file_size: int, remedy: str) -> int:
     """The header length the file's first 8 bytes declare, checked against the file's size and
     safetensors' limits (a HeaderError naming ``where`` and ending with ``remedy`` otherwise)."""
+    at = shown(str(where))
     if file_size < 8 or len(prefix) < 8:
-        raise HeaderError(f"{where}: truncated: {file_size} bytes, shorter than the 8-byte header length; {remedy}")
+        raise HeaderError(f"{at}: truncated: {file_size} bytes, shorter than the 8-byte header length; {remedy}")
     n = int.from_bytes(prefix[:8], "little")
     if n > file_size - 8:
         raise HeaderError(
-            f"{where}: header length {n:,} is larger than the file allows ({file_size - 8:,} bytes after the "
+            f"{at}: header length {n:,} is larger than the file allows ({file_size - 8:,} bytes after the "
             f"length prefix); the file is truncated or not safetensors — {remedy}"
         )
     if n > MAX_HEADER_BYTES:
-        raise HeaderError(f"{where}: header length {n:,} exceeds safetensors' 100 MB limit; not a safetensors file")
+        raise HeaderError(f"{at}: header length {n:,} exceeds safetensors' 100 MB limit; not a safetensors file")
     if n < 2:
-        raise HeaderError(f"{where}: header length {n} is too small to hold a JSON object")
+        raise HeaderError(f"{at}: header length {n} is too small to hold a JSON object")
     return n
 
 
@@ -211,18 +229,62 @@ def parse_header(path: Path | str, raw: bytes, file_size: int) -> ShardHeader:
     a check refuses, the slow path parses the JSON again and walks the tensors one by one: it names
     the culprit, or accepts a valid header the fast path could not take (metadata not first).
     """
+    where = shown(str(path))
+    if not 2 <= len(raw) <= MAX_HEADER_BYTES or 8 + len(raw) > file_size:
+        raise HeaderError(f"{where}: a {len(raw):,}-byte header in a {file_size:,}-byte file; "
+                          "the file is truncated or not safetensors — re-download it")
     data_bytes = file_size - 8 - len(raw)
     fast = _fast_parse(raw)
+    valid: tuple[list[str], list[int]] | None = None
+    quotes = -1
     if fast is not None:
-        tensors, metadata = fast
+        tensors, metadata, quotes = fast
         valid = _fast_valid(tensors, data_bytes)
-        if valid is not None:
-            return _shard(path, raw, file_size, metadata, tensors, *valid)
-    tensors, metadata = _slow_parse(path, raw, data_bytes)
-    valid = _fast_valid(tensors, data_bytes)
-    if valid is None:  # pragma: no cover - the slow walk accepted it, so the passes do too
-        raise HeaderError(f"{path}: header failed validation")
+    slow = valid is None
+    if valid is None:
+        tensors, metadata = _slow_parse(where, raw, data_bytes)
+        valid = _fast_valid(tensors, data_bytes)
+        if valid is None:  # pragma: no cover - the slow walk accepted it, so the passes do too
+            raise HeaderError(f"{where}: header failed validation")
+    if slow or raw.count(b'"') != quotes:
+        key = _repeated_key(raw)
+        if key is not None:
+            raise HeaderError(f"{where}: key {shown(repr(key))} appears twice in one object of the header; "
+                              "which one counts is ambiguous — the file is corrupt, re-download it")
     return _shard(path, raw, file_size, metadata, tensors, *valid)
+
+
+def _quotes(n_tensors: int, metadata: dict[str, str], metadata_first: bool) -> int:
+    """The ``"`` characters a header the fast path decoded holds when no key appears twice in any object.
+
+    Every JSON string has two; the decoded entries need five strings each (the name, ``"dtype"``, its
+    value, ``"shape"``, ``"data_offsets"``: the dimensions and offsets are integers) and the leading
+    metadata ``1 + 2m``. Anything more in the bytes (a key written twice, an extra field, an escaped
+    quote in a name) adds quotes, and nothing can take any away: one C-level count decides whether the
+    exact check (:func:`_repeated_key`, the standard library's pairs) has to run.
+    """
+    return 10 * n_tensors + (2 + 4 * len(metadata) if metadata_first else 0)
+
+
+def _repeated_key(raw: bytes) -> str | None:
+    """The first key found twice in one object of the header (the standard library's parser sees pairs)."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        if not found:
+            seen: set[str] = set()
+            for k, _ in items:
+                if k in seen:
+                    found.append(k)
+                    break
+                seen.add(k)
+        return dict(items)
+
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):  # orjson accepted it; the standard library's limits differ
+        return None
+    return found[0] if found else None
 
 
 def _shard(path: Path | str, raw: bytes, file_size: int, metadata: dict[str, str], tensors: dict[str, RawEntry],
@@ -231,8 +293,22 @@ def _shard(path: Path | str, raw: bytes, file_size: int, metadata: dict[str, str
                        dtypes=dtypes, sizes=sizes, raw=raw)
 
 
-def _fast_parse(raw: bytes) -> tuple[dict[str, RawEntry], dict[str, str]] | None:
-    """Typed entries and metadata, or None when the typed decoder refuses the header."""
+def is_utf8(raw: bytes) -> bool:
+    """Whether ``raw`` is valid UTF-8 (msgspec skips unknown fields without checking their bytes)."""
+    if raw.isascii():
+        return True
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _fast_parse(raw: bytes) -> tuple[dict[str, RawEntry], dict[str, str], int] | None:
+    """Typed entries, metadata and the ``"`` count the header holds if no key is repeated (:func:`_quotes`),
+    or None when the typed decoder refuses the header."""
+    if not is_utf8(raw):
+        return None
     metadata: dict[str, str] = {}
     body = raw
     m = _LEADING_METADATA.match(raw)
@@ -248,14 +324,17 @@ def _fast_parse(raw: bytes) -> tuple[dict[str, RawEntry], dict[str, str]] | None
         metadata, body = parsed, b"{" + raw[m.end():]
     try:
         with paused_gc():
-            return _DECODE_HEADER.decode(body), metadata
-    except msgspec.MsgspecError:
+            tensors = _DECODE_HEADER.decode(body)
+    except (msgspec.MsgspecError, RecursionError):
         return None
+    if "__metadata__" in tensors:  # a second __metadata__, or one shaped like a tensor: the slow path names it
+        return None
+    return tensors, metadata, _quotes(len(tensors), metadata, m is not None)
 
 
-def _slow_parse(path: Path | str, raw: bytes, data_bytes: int) -> tuple[dict[str, RawEntry], dict[str, str]]:
+def _slow_parse(path: str, raw: bytes, data_bytes: int) -> tuple[dict[str, RawEntry], dict[str, str]]:
     """Parse with orjson, walk every entry (raising a HeaderError naming the first problem) and
-    return the typed entries and the metadata."""
+    return the typed entries and the metadata. ``path`` is already :func:`shown`."""
     try:
         with paused_gc():
             obj = orjson.loads(raw)
@@ -270,7 +349,7 @@ def _slow_parse(path: Path | str, raw: bytes, data_bytes: int) -> tuple[dict[str
         if not isinstance(metadata_obj, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in metadata_obj.items()
         ):
-            raise HeaderError(f"{path}: __metadata__ must map strings to strings")
+            raise HeaderError(f"{path}: __metadata__ must map strings to strings; the header is malformed")
         metadata = metadata_obj
     _slow_validate(path, obj, data_bytes)
     tensors = {name: RawEntry(e["dtype"], e["shape"], tuple(e["data_offsets"])) for name, e in obj.items()}
@@ -294,8 +373,10 @@ def _fast_valid(tensors: dict[str, RawEntry], data_bytes: int) -> tuple[list[str
         dtypes = list(map(_DTYPE, vals))
         shapes = list(map(_SHAPE, vals))
         offs = list(map(_OFFSETS, vals))
+        if max(map(len, shapes)) > MAX_NDIM:
+            return None
         dims = list(chain.from_iterable(shapes))
-        if dims and min(dims) < 0:
+        if dims and (min(dims) < 0 or max(dims) > MAX_DIM):
             return None
         flat = list(chain.from_iterable(offs))
         begins, ends = flat[0::2], flat[1::2]
@@ -316,7 +397,18 @@ def _fast_valid(tensors: dict[str, RawEntry], data_bytes: int) -> tuple[list[str
     return (dtypes, spans) if tiled else None
 
 
-def _slow_validate(path: Path | str, obj: dict[str, Any], data_bytes: int) -> None:
+def _r(value: object) -> str:
+    """An outside value as a message echoes it: its repr, on one line, cut when long."""
+    return shown(repr(value))
+
+
+def _amount(n: int) -> str:
+    """An integer as a message prints it: with thousands separators, or its order of magnitude when huge
+    (a 64-dimension shape's element count has ~1,200 digits)."""
+    return f"{n:,}" if n.bit_length() <= 100 else f"about 2^{n.bit_length() - 1}"
+
+
+def _slow_validate(path: str, obj: dict[str, Any], data_bytes: int) -> None:
     """Walk the entries one by one and raise a HeaderError naming the first problem."""
     bits_of = DTYPE_BITS
     spans: list[tuple[int, int, str]] = []
@@ -327,47 +419,55 @@ def _slow_validate(path: Path | str, obj: dict[str, Any], data_bytes: int) -> No
             begin, end = info["data_offsets"]
         except (TypeError, KeyError, ValueError):
             raise HeaderError(
-                f"{path}: tensor {name!r} lacks dtype/shape/data_offsets [begin, end]; the header is malformed"
+                f"{path}: tensor {_r(name)} lacks dtype/shape/data_offsets [begin, end]; the header is malformed"
             ) from None
         bits = bits_of.get(dtype) if isinstance(dtype, str) else None
         if bits is None:
             known = ", ".join(sorted(bits_of))
-            raise HeaderError(f"{path}: tensor {name!r} has unknown dtype {dtype!r} (known: {known})")
+            raise HeaderError(f"{path}: tensor {_r(name)} has unknown dtype {_r(dtype)} (known: {known})")
         if type(begin) is not int or type(end) is not int or begin < 0 or end < begin:
-            raise HeaderError(f"{path}: tensor {name!r} has invalid data_offsets {[begin, end]!r}")
+            raise HeaderError(f"{path}: tensor {_r(name)} has invalid data_offsets {_r([begin, end])}; "
+                              "the header is malformed")
         if end > data_bytes:
             raise HeaderError(
-                f"{path}: tensor {name!r} data_offsets {[begin, end]} run past the data section "
-                f"({data_bytes:,} bytes); the file is truncated — re-download it"
+                f"{path}: tensor {_r(name)} data_offsets [{_amount(begin)}, {_amount(end)}] run past the data "
+                f"section ({data_bytes:,} bytes); the file is truncated — re-download it"
             )
         if type(shape) is not list:
-            raise HeaderError(f"{path}: tensor {name!r} shape {shape!r} is not a list")
+            raise HeaderError(f"{path}: tensor {_r(name)} shape {_r(shape)} is not a list; the header is malformed")
+        if len(shape) > MAX_NDIM:
+            raise HeaderError(f"{path}: tensor {_r(name)} has {len(shape):,} dimensions, more than {MAX_NDIM}; "
+                              "the header is corrupt")
         n = 1
         for d in shape:
             if type(d) is not int or d < 0:
-                raise HeaderError(f"{path}: tensor {name!r} shape {shape!r} has a non-integer or negative dimension")
+                raise HeaderError(f"{path}: tensor {_r(name)} shape {_r(shape)} has a non-integer or negative "
+                                  "dimension; the header is malformed")
+            if d > MAX_DIM:
+                raise HeaderError(f"{path}: tensor {_r(name)} shape {_r(shape)} has a dimension beyond 2^64; "
+                                  "the header is corrupt")
             n *= d
         nbits = n * bits
         if nbits % 8 or nbits // 8 != end - begin:
-            expected = f"{nbits // 8:,}" if nbits % 8 == 0 else f"{nbits / 8} (not a whole byte count)"
+            expected = f"{_amount(nbits // 8)} bytes" if nbits % 8 == 0 else f"{_amount(nbits)} bits (not a whole byte count)"
             raise HeaderError(
-                f"{path}: tensor {name!r} spans {end - begin:,} bytes but {dtype} x {shape} needs {expected}"
+                f"{path}: tensor {_r(name)} spans {end - begin:,} bytes but {dtype} x {_r(shape)} needs {expected}"
             )
         spans.append((begin, end, name))
     _check_tiling(path, spans, data_bytes)
 
 
-def _check_tiling(path: Path | str, spans: list[tuple[int, int, str]], data_bytes: int) -> None:
+def _check_tiling(path: str, spans: list[tuple[int, int, str]], data_bytes: int) -> None:
     """Spans must tile [0, data_bytes) exactly: sorted by begin, each starts where the previous ended."""
     spans.sort()
     pos = 0
     prev = "(start of data)"
     for begin, end, name in spans:
         if begin < pos:
-            raise HeaderError(f"{path}: tensor {name!r} [{begin:,}, {end:,}) overlaps {prev!r} (ends at {pos:,})")
+            raise HeaderError(f"{path}: tensor {_r(name)} [{begin:,}, {end:,}) overlaps {_r(prev)} (ends at {pos:,})")
         if begin > pos:
             raise HeaderError(
-                f"{path}: {begin - pos:,}-byte gap before tensor {name!r} at offset {pos:,} (after {prev!r}); "
+                f"{path}: {begin - pos:,}-byte gap before tensor {_r(name)} at offset {pos:,} (after {_r(prev)}); "
                 "the header does not describe the data section"
             )
         pos = end
@@ -375,7 +475,7 @@ def _check_tiling(path: Path | str, spans: list[tuple[int, int, str]], data_byte
     if pos != data_bytes:
         if pos < data_bytes:
             raise HeaderError(
-                f"{path}: {data_bytes - pos:,} trailing bytes after the last tensor ({prev!r}); "
+                f"{path}: {data_bytes - pos:,} trailing bytes after the last tensor ({_r(prev)}); "
                 "the file does not match its header"
             )
         raise HeaderError(f"{path}: tensors end at {pos:,} but the data section holds {data_bytes:,} bytes")
