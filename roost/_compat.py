@@ -18,7 +18,6 @@ a download or the CLI's error handling at run time.
 
 from __future__ import annotations
 
-from huggingface_hub.utils._runtime import is_xet_available as _hf_is_xet_available
 from typer._click import exceptions as click_errors
 
 __all__ = ["XET_TRANSFER_BAR_MARKER", "click_errors", "xet_available"]
@@ -29,5 +28,10 @@ XET_TRANSFER_BAR_MARKER = "downloading bytes"
 
 
 def xet_available() -> bool:
-    """huggingface_hub will fetch Xet-stored files through hf_xet (installed, not disabled)."""
+    """huggingface_hub will fetch Xet-stored files through hf_xet (installed, not disabled).
+
+    Imported here, not at the top: every roost command imports this module, and importing
+    huggingface_hub parses ``HF_ENDPOINT`` (an unusable one would fail before roost could say why)."""
+    from huggingface_hub.utils._runtime import is_xet_available as _hf_is_xet_available
+
     return bool(_hf_is_xet_available())

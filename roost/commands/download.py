@@ -1,7 +1,11 @@
 """``roost download REPO_ID [--revision REV] [--local-dir DIR] [--json]``: fetch and verify a checkpoint.
 
-Exit 0 when every file verified, 1 on an integrity failure (the file named on stderr) or a Hub that
-stayed unreachable, 2 for unusable input (unknown repo, bad revision, no access, no space).
+Exit 0 when every file verified (a file found changed since roost verified it is set aside under
+``.roost/corrupt/`` and fetched again, one line on stderr naming it), 1 when a file as fetched does not
+match the Hub's listing (the file named on stderr), a server stating or sending another size than its
+listing, or a Hub that stayed unreachable (a refused connection is tried 3 times, about 2 s, when the
+endpoint never answered), 2 for unusable input (unknown repo, bad revision, no access, no space, an
+unusable --local-dir, HF_ENDPOINT or HF_TOKEN, a Hub answer that is not one).
 ``HF_ENDPOINT`` picks the Hub (default huggingface.co); ``HF_TOKEN`` the token.
 """
 
@@ -48,9 +52,9 @@ def download(
         raise UserError(
             "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
         ) from None
+    # download_and_verify checks HF_ENDPOINT, HF_TOKEN and the directory (a file, not writable, too
+    # long) before it asks the Hub anything: each is one line, exit 2
     target = local_dir if local_dir is not None else checkpoint_dir(spec.repo_id)
-    if target.exists() and not target.is_dir():
-        raise UserError(f"--local-dir {target} exists and is not a directory; pass a directory")
 
     _log_to_stderr()
 

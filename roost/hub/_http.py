@@ -1,19 +1,35 @@
 """The Hub over HTTP: which endpoint and token, the few calls the download makes, and the retry loop.
 
+huggingface_hub is imported only where it is used (the stored token, hf_xet): importing it parses
+``HF_ENDPOINT``, and an unusable value would fail there, before :func:`check_endpoint` could say why.
+
 - :func:`resolve_endpoint` / :func:`resolve_token`: ``HF_ENDPOINT`` and ``HF_TOKEN`` (read at call
-  time), else huggingface.co and the token ``hf auth login`` stored.
+  time), else huggingface.co and the token ``hf auth login`` stored. Both are checked before any
+  request: an endpoint that is not an ``http(s)://`` URL with a host (and a port in 1..65535) is a
+  ``UserError`` naming the setting; a token with whitespace inside or control characters likewise
+  (without showing it).
+- :func:`hub_timeout`: every request is bounded in time: 10 s to connect, and 30 s
+  (``HF_HUB_DOWNLOAD_TIMEOUT`` when set) for each read, 10 s for the first answer of an endpoint, so
+  a server that accepts and never answers (3 tries, ~32 s), or a body that stalls midway, is a
+  timeout, never a hang.
 - :class:`HubClient`: resolve a revision to a commit, list the files at a commit, fetch one file over
   HTTP (appending to its partial file with a ``Range`` request) or through ``hf_xet``. The token is
-  sent only to the endpoint's host (httpx drops it on a redirect to another origin) and never
-  appears in a log line or a message.
+  sent only to the endpoint's host (httpx drops it on a redirect to another origin; a pagination link
+  to another origin is refused) and never appears in a log line or a message, nor does a password in
+  the endpoint's userinfo (sent as basic auth, shown as ``***``). Every JSON answer is bounded and
+  validated by ``roost.hub.answers``.
 - :func:`with_retries`: transient faults (``roost.hub.errors.is_transient``) are retried with
   exponential backoff and jitter (:class:`RetryPolicy`); a transfer that made progress starts its
-  budget afresh; refusals become the ``UserError`` sentence at once.
+  budget afresh; refusals become the ``UserError`` sentence at once. An endpoint that has never
+  answered this client (connection refused, no such host, a timeout before any answer) gets
+  ``RetryPolicy.unanswered_attempts`` tries (3: about 2 s for a refused connection), not the patient
+  budget meant for a Hub that answered and then faltered.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import re
@@ -22,16 +38,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
-from huggingface_hub import get_token, hf_hub_download
 from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from roost._compat import XET_TRANSFER_BAR_MARKER
 from roost._compat import xet_available as _xet_available
-from roost.errors import UserError
+from roost.errors import CheckFailed, UserError
+from roost.hub import answers
+from roost.hub.answers import BadAnswer
 from roost.hub.errors import (
     FaultContext,
     HubStatusError,
@@ -40,9 +57,11 @@ from roost.hub.errors import (
     TransferIncomplete,
     is_transient,
     short_fault,
+    status_error,
     to_roost_error,
 )
 from roost.hub.integrity import HubFile
+from roost.inputs.text import redact_url, shown
 
 log = logging.getLogger(__name__)
 
@@ -51,23 +70,160 @@ T = TypeVar("T")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
 STREAM_CHUNK = 1024 * 1024
-"""Bytes per read of a streamed transfer (1 MiB)."""
+"""Bytes per read of a streamed transfer, at most (1 MiB): each network read is written as it arrives,
+so a transfer that stalls keeps what it received."""
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 30.0
+"""Seconds a request waits for the next bytes (an answer's head, or more of its body) before it is a
+timeout; ``HF_HUB_DOWNLOAD_TIMEOUT`` (huggingface_hub's own setting) overrides it."""
+FIRST_ANSWER_TIMEOUT_S = 10.0
+"""Seconds an API call waits for an endpoint that has not answered yet (huggingface_hub's metadata timeout)."""
+MAX_PAGES = 10_000
+"""Tree pages followed at most (1,000 files each)."""
+ERROR_BODY_LIMIT = 64 * 1024
+"""Bytes of an error answer's body read (to reuse the connection) before it is closed instead."""
+_TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")
 
 
 def resolve_endpoint(endpoint: str | None = None) -> str:
-    """``endpoint``, else ``HF_ENDPOINT`` read now (not at import), else huggingface.co."""
-    return (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    """``endpoint``, else ``HF_ENDPOINT`` read now (not at import), else huggingface.co; checked by
+    :func:`check_endpoint` before any request is made."""
+    if endpoint:
+        return check_endpoint(endpoint, "the Hub endpoint")
+    env = os.environ.get("HF_ENDPOINT")
+    if env:
+        return check_endpoint(env, "HF_ENDPOINT")
+    return DEFAULT_ENDPOINT
+
+
+def check_endpoint(value: str, source: str = "HF_ENDPOINT") -> str:
+    """``value`` without a trailing ``/`` when it is a URL roost can ask: ``http`` or ``https``, a host,
+    a port in 1..65535 if any, no query or fragment, and one httpx accepts; a UserError naming
+    ``source`` (``HF_ENDPOINT``) and saying why otherwise. A password in it is never shown."""
+    unset = ", or unset it to use https://huggingface.co" if source == "HF_ENDPOINT" else ""
+    remedy = f"set it to the Hub's base URL, e.g. https://huggingface.co or http://127.0.0.1:8090{unset}"
+
+    def bad(why: str) -> UserError:
+        return UserError(f"{source} {shown(redact_url(value), 200)!r} is not a usable Hub URL ({why}): {remedy}")
+
+    if re.search(r"[\s\x00-\x1f\x7f]", value):
+        raise bad("it holds whitespace or a control character")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        why = str(exc).lower()
+        raise bad("the port is not a number in 1..65535" if "port" in why else f"it does not parse as a URL: {why}") from None
+    if not parts.scheme:
+        raise bad("no http:// or https:// scheme")
+    if parts.scheme.lower() not in ("http", "https"):
+        raise bad(f"scheme {parts.scheme!r}; only http:// and https:// are Hub URLs")
+    if not parts.hostname:
+        raise bad("no host")
+    if port == 0:
+        raise bad("port 0; a port is a number in 1..65535")
+    if parts.query or parts.fragment:
+        raise bad("it has a query or a fragment; the base URL has neither")
+    try:
+        httpx.URL(value)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise bad(f"httpx refuses it: {shown(str(exc), 100)}") from None
+    return value.rstrip("/")
 
 
 def resolve_token(token: str | None = None) -> str | None:
-    """``token``, else ``HF_TOKEN``, else the token ``hf auth login`` stored; None for anonymous access."""
+    """``token``, else ``HF_TOKEN``, else the token ``hf auth login`` stored; None for anonymous access.
+
+    Surrounding whitespace is dropped (a token read from a file keeps its newline); a token with
+    whitespace inside, control or non-ASCII characters is a UserError that does not show it."""
     if token:
-        return token
-    return os.environ.get("HF_TOKEN") or get_token() or None
+        value, source = token, "the Hugging Face token given"
+    elif os.environ.get("HF_TOKEN"):
+        value, source = os.environ["HF_TOKEN"], "HF_TOKEN"
+    else:
+        from huggingface_hub import get_token  # here: huggingface_hub reads HF_ENDPOINT when imported
+
+        value, source = get_token() or "", "the token stored by `hf auth login`"
+    value = value.strip()
+    if not value:
+        return None
+    if not _TOKEN_CHARS.fullmatch(value):
+        raise UserError(
+            f"{source} holds whitespace, a control character or a non-ASCII character, which no Hugging Face "
+            "token has (the value is not shown): set it to the token alone"
+        )
+    return value
+
+
+def hub_timeout() -> httpx.Timeout:
+    """The timeouts of every Hub request: 10 s to connect, 30 s (``HF_HUB_DOWNLOAD_TIMEOUT``) per read."""
+    raw = os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT", "").strip()
+    read = READ_TIMEOUT_S
+    if raw:
+        try:
+            read = float(raw)
+        except ValueError:
+            read = math.nan
+        if not (math.isfinite(read) and 0 < read <= 3600):
+            raise UserError(
+                f"HF_HUB_DOWNLOAD_TIMEOUT={shown(raw, 40)!r} is not a number of seconds in (0, 3600]: set it "
+                f"to e.g. 30, or unset it ({READ_TIMEOUT_S:.0f} s)"
+            )
+    return httpx.Timeout(read, connect=min(CONNECT_TIMEOUT_S, read))
 
 
 def is_full_sha(revision: str) -> bool:
     return FULL_SHA.fullmatch(revision) is not None
+
+
+def scrub(text: str, *secrets: str | None) -> str:
+    """``text`` with every secret in it replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+_LIVE_SECRETS: dict[str, int] = {}
+_SECRETS_LOCK = threading.Lock()
+_HTTP_LOGGERS = ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy", "hpack.hpack")
+"""The HTTP client's loggers: at DEBUG, httpcore logs every answer's headers, which a server may fill
+with the request's own ``Authorization`` header."""
+
+
+class _ScrubSecrets(logging.Filter):
+    """Replace the token and endpoint password of every open :class:`HubClient` in the HTTP client's log
+    records (a filter on each logger that creates them: a parent's filter would not see them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with _SECRETS_LOCK:
+            secrets = list(_LIVE_SECRETS)
+        if secrets:
+            text = record.getMessage()
+            clean = scrub(text, *secrets)
+            if clean != text:
+                record.msg, record.args = clean, None
+        return True
+
+
+def _guard_logs(*secrets: str | None) -> None:
+    for name in _HTTP_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _ScrubSecrets) for f in logger.filters):
+            logger.addFilter(_ScrubSecrets())
+    with _SECRETS_LOCK:
+        for s in secrets:
+            if s:
+                _LIVE_SECRETS[s] = _LIVE_SECRETS.get(s, 0) + 1
+
+
+def _release_logs(*secrets: str | None) -> None:
+    with _SECRETS_LOCK:
+        for s in secrets:
+            if s and s in _LIVE_SECRETS:
+                _LIVE_SECRETS[s] -= 1
+                if not _LIVE_SECRETS[s]:
+                    del _LIVE_SECRETS[s]
 
 
 # ----------------------------------------------------------------------------------------- retries
@@ -77,6 +233,10 @@ class RetryPolicy(BaseModel):
     """Exponential backoff with jitter for transient faults."""
 
     attempts: int = Field(default=6, ge=1, description="Tries per request without progress.")
+    unanswered_attempts: int = Field(
+        default=3, ge=1,
+        description="Tries while the endpoint has never answered this client (refused, no such host, timeouts).",
+    )
     base_s: float = 1.0
     cap_s: float = 30.0
 
@@ -95,12 +255,16 @@ def with_retries(
     progress_marker: Callable[[], int] | None = None,
     stop: threading.Event | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    answered: Callable[[], bool] | None = None,
 ) -> T:
     """Call ``fn``; retry transient faults with backoff; map the rest to roost errors.
 
     ``progress_marker`` (e.g. bytes on disk) lets a transfer that made progress start afresh.
+    ``answered`` says whether the endpoint has ever answered (None: assume it has); while it has not,
+    a transport fault gets ``policy.unanswered_attempts`` tries and its own sentence.
     """
     failures = 0
+    started = time.monotonic()
     marker = progress_marker() if progress_marker else 0
     while True:
         try:
@@ -116,11 +280,20 @@ def with_retries(
                 if now > marker:
                     failures = 0
                 marker = now
+            unanswered = answered is not None and not answered() and status_error(exc) is None
+            limit = policy.unanswered_attempts if unanswered else policy.attempts
             failures += 1
-            if failures >= policy.attempts:
+            if failures >= limit:
+                if unanswered:
+                    raise HubUnreachable(
+                        f"{what}: nothing answered at {ctx.endpoint} ({short_fault(exc)}; {failures} attempts in "
+                        f"{time.monotonic() - started:.1f} s, the most roost makes at an endpoint that never "
+                        "answered): check that a Hub runs there and that HF_ENDPOINT names it, then run again",
+                        ctx.stage,
+                    ) from None
                 kept = " (finished files and partial transfers are kept and resumed)" if ctx.stage == "download" else ""
                 raise HubUnreachable(
-                    f"{what}: {policy.attempts} attempts failed, last with {short_fault(exc)}; "
+                    f"{what}: {limit} attempts failed, last with {short_fault(exc)}; "
                     f"check that {ctx.endpoint} is reachable and run again{kept}",
                     ctx.stage,
                 ) from None
@@ -130,7 +303,7 @@ def with_retries(
                 what,
                 short_fault(exc),
                 failures,
-                policy.attempts - 1,
+                limit - 1,
                 delay,
             )
             if stop is not None and stop.wait(delay):
@@ -142,6 +315,16 @@ def with_retries(
 # -------------------------------------------------------------------------------------- Hub client
 
 
+def _split_userinfo(endpoint: str) -> tuple[str, tuple[str, str] | None]:
+    """The endpoint without its userinfo, and the user and password in it (None when it has none)."""
+    parts = urlsplit(endpoint)
+    if "@" not in parts.netloc:
+        return endpoint, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    return urlunsplit(parts._replace(netloc=hostport)), (unquote(user), unquote(password))
+
+
 class HubClient:
     """The few Hub calls the download stage makes, with the token kept out of every message."""
 
@@ -151,25 +334,48 @@ class HubClient:
         token: str | None,
         *,
         policy: RetryPolicy | None = None,
-        timeout: float = 30.0,
+        timeout: float | httpx.Timeout | None = None,
         stage: str = "download",
     ) -> None:
-        self.endpoint = endpoint
+        endpoint = endpoint.rstrip("/")
+        self._base, userinfo = _split_userinfo(endpoint)
+        self.endpoint = redact_url(endpoint)
+        """The endpoint as messages show it (a password replaced by ``***``); requests go to ``_base``."""
         self.stage = stage
         self.policy = policy or RetryPolicy()
         self._token = token
+        self._password = userinfo[1] if userinfo else None
         self._lock = threading.Lock()
         self._bytes_read = 0
+        self._answered = False
+        self._closed = False
+        _guard_logs(self._token, self._password)
+        if isinstance(timeout, httpx.Timeout):
+            self.timeout = timeout
+        elif timeout is not None:
+            self.timeout = httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT_S, timeout))
+        else:
+            self.timeout = hub_timeout()
         headers = {"user-agent": "roost"}
         if token:
             headers["authorization"] = f"Bearer {token}"
         # httpx drops the authorization header when a redirect leaves the endpoint's origin (CDN).
         self._http = httpx.Client(
             headers=headers,
+            auth=userinfo if userinfo and not token else None,
             follow_redirects=True,
-            timeout=httpx.Timeout(timeout, connect=10.0),
+            max_redirects=10,
+            timeout=self.timeout,
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
+            event_hooks={"response": [self._on_answer]},
         )
+
+    def _on_answer(self, _response: httpx.Response) -> None:
+        self._answered = True
+
+    def has_answered(self) -> bool:
+        """Whether the endpoint has answered any request of this client (any HTTP status)."""
+        return self._answered
 
     @property
     def has_token(self) -> bool:
@@ -177,9 +383,29 @@ class HubClient:
 
     def close(self) -> None:
         self._http.close()
+        if not self._closed:
+            self._closed = True
+            _release_logs(self._token, self._password)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the token and the endpoint's password replaced by ``***``."""
+        return scrub(text, self._token, self._password)
 
     def context(self, repo_id: str, revision: str, path: str | None = None) -> FaultContext:
         return FaultContext(repo_id, revision, self.endpoint, self.has_token, path, self.stage)
+
+    def retry(
+        self,
+        fn: Callable[[], T],
+        *,
+        what: str,
+        ctx: FaultContext,
+        progress_marker: Callable[[], int] | None = None,
+        stop: threading.Event | None = None,
+    ) -> T:
+        """:func:`with_retries` with this client's policy, knowing whether the endpoint ever answered."""
+        return with_retries(fn, what=what, ctx=ctx, policy=self.policy, progress_marker=progress_marker,
+                            stop=stop, answered=self.has_answered)
 
     @property
     def bytes_read(self) -> int:
@@ -190,23 +416,52 @@ class HubClient:
         with self._lock:
             self._bytes_read += n
 
-    def _get_json(self, url: str, params: dict[str, str] | None = None) -> tuple[Any, httpx.Response]:
-        """GET a Hub API answer: the decoded JSON and the response (for its pagination links)."""
-        r = self._http.get(url, params=params)
+    def _refuse(self, r: httpx.Response) -> HubStatusError:
+        """The error for an HTTP error answer, its body read only up to a bound (then closed)."""
+        read = 0
+        for chunk in r.iter_raw():
+            read += len(chunk)
+            if read > ERROR_BODY_LIMIT:
+                break
         self._count(r.num_bytes_downloaded)
-        if r.status_code >= 400:
-            raise HubStatusError.from_response(r)
+        return HubStatusError.from_response(r)
+
+    def bad_answer(self, call: str, exc: BadAnswer | str) -> UserError:
+        """The UserError for an answer of ``call`` that does not fit (``exc`` says which field and why)."""
+        what = f"{exc.field}: {exc.reason}" if isinstance(exc, BadAnswer) and exc.field else str(exc)
+        return UserError(self.scrub(
+            f"{self.endpoint} answered {call} with {what}; that is not a Hugging Face Hub answer: check that "
+            "HF_ENDPOINT points at a Hub, or report the repository to its owner"
+        ))
+
+    def _get_json(self, url: str, params: dict[str, str] | None = None) -> tuple[Any, httpx.Response]:
+        """GET a Hub API answer: the decoded JSON (at most ``answers.MAX_ANSWER_BYTES``) and the response
+        (for its pagination links)."""
+        call = "GET " + url.split("?", 1)[0].removeprefix(self._base)
+        # an endpoint that never answered waits FIRST_ANSWER_TIMEOUT_S at most: a silent server costs
+        # its 3 tries ~30 s, not ~90 s
+        timeout = self.timeout if self._answered else httpx.Timeout(
+            min(FIRST_ANSWER_TIMEOUT_S, self.timeout.read or READ_TIMEOUT_S), connect=self.timeout.connect)
+        with self._http.stream("GET", url, params=params, timeout=timeout) as r:
+            if r.status_code >= 400:
+                raise self._refuse(r)
+            body = bytearray()
+            try:
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) > answers.MAX_ANSWER_BYTES:
+                        raise self.bad_answer(call, f"more than {answers.MAX_ANSWER_BYTES:,} bytes")
+            finally:
+                self._count(r.num_bytes_downloaded)
         try:
-            return r.json(), r
-        except ValueError:
-            raise UserError(
-                f"{self.endpoint} answered {url.split('?', 1)[0]} with something other than JSON "
-                f"(HTTP {r.status_code}, {r.headers.get('content-type', 'no content type')}); "
-                "check HF_ENDPOINT points at a Hugging Face Hub"
-            ) from None
+            return answers.decode(bytes(body)), r
+        except BadAnswer as exc:
+            kind = r.headers.get("content-type", "no content type")
+            raise self.bad_answer(call, f"something other than JSON (HTTP {r.status_code}, {shown(kind, 60)}: "
+                                        f"{exc.reason})") from None
 
     def _api(self, repo_id: str, *parts: str) -> str:
-        return "/".join([f"{self.endpoint}/api/models/{repo_id}", *(quote(p, safe="") for p in parts)])
+        return "/".join([f"{self._base}/api/models/{repo_id}", *(quote(p, safe="") for p in parts)])
 
     def resolve(self, repo_id: str, revision: str) -> str:
         """The commit sha ``revision`` (branch, tag, or commit) points at.
@@ -217,24 +472,26 @@ class HubClient:
         if is_full_sha(revision):
             return revision
         ctx = self.context(repo_id, revision)
-        refs, _ = with_retries(
-            lambda: self._get_json(self._api(repo_id, "refs")),
-            what=f"listing refs of {repo_id}",
-            ctx=ctx,
-            policy=self.policy,
-        )
-        branches = {b["name"]: b["targetCommit"] for b in refs.get("branches") or []}
-        tags = {t["name"]: t["targetCommit"] for t in refs.get("tags") or []}
+        refs_url = self._api(repo_id, "refs")
+        raw, _ = self.retry(lambda: self._get_json(refs_url), what=f"listing refs of {repo_id}", ctx=ctx)
+        try:
+            refs = answers.refs(raw)
+        except BadAnswer as exc:
+            raise self.bad_answer(f"GET /api/models/{repo_id}/refs", exc) from None
+        branches = {b.name: b.targetCommit for b in refs.branches}
+        tags = {t.name: t.targetCommit for t in refs.tags}
         names = {**tags, **branches}
         name = revision
         for prefix in ("refs/heads/", "refs/tags/"):
             if revision.startswith(prefix):
                 name = revision[len(prefix) :]
         if name in names:
-            return str(names[name])
+            return names[name]
+        listed = ", ".join(shown(n, 60) for n in sorted(branches)[:20])
+        listed_tags = ", ".join(shown(n, 60) for n in sorted(tags)[:20])
         not_found = UserError(
-            f"revision {revision!r} does not exist in {repo_id} (branches: "
-            f"{', '.join(sorted(branches)) or 'none'}; tags: {', '.join(sorted(tags)) or 'none'}): "
+            f"revision {shown(revision)!r} does not exist in {repo_id} (branches: "
+            f"{listed or 'none'}; tags: {listed_tags or 'none'}): "
             "pass an existing branch, tag or full commit sha with --revision"
         )
         if not re.fullmatch(r"[0-9a-fA-F]{4,39}", revision):
@@ -248,47 +505,61 @@ class HubClient:
                     raise not_found from None  # the repo exists (its refs listed): the revision does not
                 raise
 
-        info = with_retries(lookup, what=f"resolving {repo_id}@{revision}", ctx=ctx, policy=self.policy)
-        sha = info.get("sha") if isinstance(info, dict) else None
-        if not isinstance(sha, str) or not is_full_sha(sha):
-            raise UserError(
-                f"{self.endpoint} did not say which commit {repo_id}@{revision} is; pass a full commit sha"
-            )
-        return sha
+        info = self.retry(lookup, what=f"resolving {repo_id}@{revision}", ctx=ctx)
+        try:
+            return answers.revision_info(info).sha
+        except BadAnswer as exc:
+            raise self.bad_answer(f"GET /api/models/{repo_id}/revision/{revision}", exc) from None
 
     def list_files(self, repo_id: str, commit: str, *, recursive: bool = True) -> list[HubFile]:
         """Every file at ``commit`` (only the top level unless ``recursive``) with size, git blob id and
-        (for LFS) sha256: the Hub's tree listing, page by page as its ``Link`` headers say."""
+        (for LFS) sha256: the Hub's tree listing, page by page as its ``Link`` headers say (on the
+        endpoint's own origin only), each entry checked by ``roost.hub.answers``."""
+        call = f"GET /api/models/{repo_id}/tree/{commit}"
+        origin = urlsplit(self._base)[:2]
 
         def listing() -> list[HubFile]:
-            out: list[HubFile] = []
+            out: list[answers.TreeFile] = []
             url: str | None = self._api(repo_id, "tree", commit)
             params: dict[str, str] | None = {"recursive": "true" if recursive else "false", "expand": "false"}
+            seen: set[str] = set()
             while url:
+                if len(seen) >= MAX_PAGES:
+                    raise self.bad_answer(call, f"more than {MAX_PAGES:,} pages")
+                seen.add(url)
                 page, r = self._get_json(url, params)
-                if not isinstance(page, list):
-                    raise UserError(f"{self.endpoint} listed {repo_id}@{commit[:12]} as something other than a list")
-                out += [_hub_file(item) for item in page if isinstance(item, dict) and item.get("type") == "file"]
+                try:
+                    out += answers.tree_page(page, len(out))
+                except BadAnswer as exc:
+                    raise self.bad_answer(call, exc) from None
                 url, params = r.links.get("next", {}).get("url"), None
-            return out
+                if url is not None:
+                    nxt = urlsplit(str(r.url.join(url)))
+                    if nxt[:2] != origin:
+                        raise self.bad_answer(call, f"a next-page link to another origin ({nxt.scheme}://{nxt.hostname})")
+                    url = str(r.url.join(url))
+                    if url in seen:
+                        raise self.bad_answer(call, "a next-page link back to a page already read")
+            try:
+                answers.check_listing(out)
+            except BadAnswer as exc:
+                raise self.bad_answer(call, exc) from None
+            return [
+                HubFile(path=f.path, size=f.size, blob_id=f.oid, lfs_sha256=f.lfs.oid if f.lfs else None,
+                        xet_hash=f.xetHash)
+                for f in out
+            ]
 
-        return with_retries(
-            listing,
-            what=f"listing files of {repo_id}@{commit[:12]}",
-            ctx=self.context(repo_id, commit),
-            policy=self.policy,
-        )
+        return self.retry(listing, what=f"listing files of {repo_id}@{commit[:12]}", ctx=self.context(repo_id, commit))
 
     def file_url(self, repo_id: str, commit: str, path: str) -> str:
-        return f"{self.endpoint}/{repo_id}/resolve/{commit}/{quote(path)}"
+        return f"{self._base}/{repo_id}/resolve/{commit}/{quote(path)}"
 
     def read_small(self, repo_id: str, commit: str, path: str, *, limit: int) -> bytes:
         """The whole of a small file at ``commit`` (a config, an index), refused beyond ``limit`` bytes."""
         with self._http.stream("GET", self.file_url(repo_id, commit, path)) as r:
             if r.status_code >= 400:
-                r.read()
-                self._count(r.num_bytes_downloaded)
-                raise HubStatusError.from_response(r)
+                raise self._refuse(r)
             body = bytearray()
             try:
                 for chunk in r.iter_bytes():
@@ -303,56 +574,62 @@ class HubClient:
         return bytes(body)
 
     def read_prefix(self, repo_id: str, commit: str, path: str, want: Callable[[bytes, int], int],
-                    first: int) -> tuple[bytes, int]:
+                    first: int) -> tuple[bytes, list[tuple[str, int]]]:
         """The first bytes of a file, never more than needed: ``want(prefix, stated)`` says how many bytes
         are needed in all once it has seen ``prefix`` (at least 8 bytes), ``stated`` being the file's
         size as the server stated it (-1: not stated).
 
-        Asks for ``bytes=0-(first-1)``. A server that honours ``Range`` answers 206 with that slice (and
-        one more ranged request fetches the rest when ``want`` asks for more); one that ignores it
-        answers 200 with the whole file, read only until ``want`` is satisfied and then closed. Returns
-        the prefix and the file's size as the server stated it (Content-Range or Content-Length; -1
-        when it stated none). A connection closed early is ``TransferIncomplete`` (transient).
+        Asks for ``bytes=0-(first-1)``. A server that honours ``Range`` answers 206 with that slice (or a
+        shorter one: the rest is asked for with further ranged requests, at most
+        :data:`MAX_RANGE_REQUESTS` in all); one that ignores it answers 200 with the whole file, read
+        only until ``want`` is satisfied and then closed. Returns the prefix and the sizes the first
+        answer stated for the file (:func:`size_claims`). A connection closed early is
+        ``TransferIncomplete`` (transient).
         """
         url = self.file_url(repo_id, commit, path)
         buf = bytearray()
         need = 8
-        with self._http.stream("GET", url, headers={"range": f"bytes=0-{first - 1}"}) as r:
-            if r.status_code >= 400:
-                r.read()
-                self._count(r.num_bytes_downloaded)
-                raise HubStatusError.from_response(r)
-            total = _stated_size(r)
-            ranged = r.status_code == 206
-            try:
-                for chunk in r.iter_bytes():
-                    buf += chunk
-                    if len(buf) >= 8:
-                        need = want(bytes(buf[:8]), total)
-                    # a 206 slice (at most ``first`` bytes) is read to its end: the server sent it
-                    # anyway, bytes_read then counts it, and the connection stays reusable
-                    if len(buf) >= need and (not ranged or len(buf) >= first):
-                        break
-            finally:
-                self._count(r.num_bytes_downloaded)
-        if len(buf) < need and ranged and len(buf) == first:  # the slice asked for was short of the header
-            with self._http.stream("GET", url, headers={"range": f"bytes={first}-{need - 1}"}) as r:
+        total = -1
+        claims: list[tuple[str, int]] = []
+        ranged = False
+        for _ in range(MAX_RANGE_REQUESTS):
+            start = len(buf)
+            end = first - 1 if start == 0 else max(need, start + 1) - 1
+            with self._http.stream("GET", url, headers={"range": f"bytes={start}-{end}"}) as r:
                 if r.status_code >= 400:
-                    r.read()
-                    self._count(r.num_bytes_downloaded)
-                    raise HubStatusError.from_response(r)
-                if r.status_code != 206 or content_range_start(r.headers.get("content-range", "")) != first:
-                    raise TransferIncomplete(f"server answered the second range of {path} with HTTP {r.status_code}")
+                    raise self._refuse(r)
+                if start == 0:
+                    claims = size_claims(r)
+                    total = claims[0][1] if claims else -1
+                    ranged = r.status_code == 206
+                elif r.status_code != 206:
+                    raise TransferIncomplete(f"server answered a further range of {path} with HTTP {r.status_code}")
+                if r.status_code == 206:
+                    span = content_range(r.headers.get("content-range", ""))
+                    if span is None or span[0] != start:
+                        raise TransferIncomplete(
+                            f"server answered range {start}-{end} of {path} with Content-Range "
+                            f"{shown(r.headers.get('content-range', 'none'), 60)}"
+                        )
                 try:
                     for chunk in r.iter_bytes():
                         buf += chunk
-                        if len(buf) >= need:
+                        if len(buf) >= 8:
+                            need = want(bytes(buf[:8]), total)
+                        # a 206 slice (at most what was asked) is read to its end: the server sent it
+                        # anyway, bytes_read then counts it, and the connection stays reusable
+                        if (len(buf) > end) if ranged else (len(buf) >= need):
                             break
                 finally:
                     self._count(r.num_bytes_downloaded)
-        if len(buf) < need:
-            raise TransferIncomplete(f"connection closed after {len(buf):,} of the first {need:,} bytes of {path}")
-        return bytes(buf[:need]), total
+            if len(buf) >= need:
+                return bytes(buf[:need]), claims
+            if not ranged or len(buf) == start:
+                raise TransferIncomplete(f"connection closed after {len(buf):,} of the first {need:,} bytes of {path}")
+        raise self.bad_answer(
+            f"GET /{repo_id}/resolve/{commit[:12]}/{path}",
+            f"{MAX_RANGE_REQUESTS} range answers holding {len(buf):,} bytes in all, short of the {need:,} needed",
+        )
 
     def fetch_http(
         self,
@@ -365,7 +642,11 @@ class HubClient:
     ) -> int:
         """One attempt: append to ``part`` from where it ends (HTTP Range) until it holds ``size`` bytes.
 
-        Returns the number of bytes that were already on disk when this attempt started.
+        Returns the number of bytes that were already on disk when this attempt started. A server that
+        states another size for the file than the listing (Content-Length, Content-Range, X-Linked-Size)
+        or sends more bytes than the listing says is a ``CheckFailed`` at once (a commit's file never
+        changes: retrying cannot help); a body cut short is ``TransferIncomplete`` (resumed). A server
+        that answers a range with a shorter slice, whole, is asked for the rest at once.
         """
         have = part.stat().st_size if part.exists() else 0
         if have > size:
@@ -375,86 +656,120 @@ class HubClient:
             return have
         if have:
             log.info("resuming %s at byte %d of %d", label or part.name, have, size)
+        started = have
+        while True:
+            whole_slice = self._fetch_answer(url, part, size, have, on_bytes, stop, label or part.name)
+            got = part.stat().st_size
+            if got >= size:
+                return started
+            if not whole_slice or got <= have:
+                raise TransferIncomplete(f"connection closed at {got} of {size} bytes")
+            have = got
+
+    def _fetch_answer(self, url: str, part: Path, size: int, have: int, on_bytes: Callable[[int], None],
+                      stop: threading.Event, name: str) -> bool:
+        """One request of :meth:`fetch_http`, appending its body to ``part`` (which holds ``have`` bytes).
+        True when it was a 206 slice received whole (its Content-Range's last byte arrived)."""
         headers = {"range": f"bytes={have}-"} if have else {}
         with self._http.stream("GET", url, headers=headers) as r:
             if r.status_code == 416:  # the partial file does not fit this object: start over
                 part.unlink(missing_ok=True)
                 raise TransferIncomplete(f"server refused range {have}- (416)")
             if r.status_code >= 400:
-                r.read()
-                raise HubStatusError.from_response(r)
-            skip = 0
-            if have and r.status_code == 200:
+                raise self._refuse(r)
+            for header, claimed in size_claims(r):
+                if claimed != size:
+                    raise CheckFailed(
+                        f"{self.endpoint} serves {name} with {header} {claimed:,} bytes but its listing says "
+                        f"{size:,}: the server or the repository is inconsistent (nothing of this answer was "
+                        "kept); try again later or report it to the repository's owner"
+                    )
+            pos = 0  # offset in the file of the body's next byte
+            last = size - 1
+            if r.status_code == 206:
+                span = content_range(r.headers.get("content-range", ""))
+                if span is None or span[0] != have:
+                    part.unlink(missing_ok=True)
+                    raise TransferIncomplete(f"server answered range from {span[0] if span else None}, asked {have}")
+                pos, last = have, min(span[1], size - 1)
+            elif have:
                 # The server ignored Range (olah's local mirror does): the bytes on disk stay, the
                 # same number of bytes at the head of the body is skipped.
                 log.info("server ignored the Range request; skipping the %d bytes already on disk", have)
-                skip = have
-            elif have and r.status_code == 206:
-                start = content_range_start(r.headers.get("content-range", ""))
-                if start != have:
-                    part.unlink(missing_ok=True)
-                    raise TransferIncomplete(f"server answered range from {start}, asked {have}")
             with open(part, "ab") as f:
-                for chunk in r.iter_bytes(STREAM_CHUNK):
+                for chunk in r.iter_bytes():  # as each read arrives (a chunk_size would hold back up to it)
                     if stop.is_set():
                         raise Stopped()
-                    if skip:
-                        if len(chunk) <= skip:
-                            skip -= len(chunk)
+                    if pos + len(chunk) > size:
+                        f.close()
+                        part.unlink(missing_ok=True)
+                        raise CheckFailed(
+                            f"{self.endpoint} sent more than the {size:,} bytes its listing says {name} holds: "
+                            "the server or the repository is inconsistent; try again later or report it to "
+                            "the repository's owner"
+                        )
+                    if pos < have:  # skipping what is on disk already
+                        keep = chunk[have - pos:]
+                        pos += len(chunk) - len(keep)
+                        chunk = keep
+                        if not chunk:
                             continue
-                        chunk = chunk[skip:]
-                        skip = 0
                     f.write(chunk)
+                    pos += len(chunk)
                     on_bytes(len(chunk))
-        got = part.stat().st_size
-        if got < size:
-            raise TransferIncomplete(f"connection closed at {got} of {size} bytes")
-        if got > size:
-            part.unlink()
-            raise TransferIncomplete(f"server sent {got} bytes, the listing says {size}")
-        return have
+            return r.status_code == 206 and pos == last + 1
 
     def fetch_xet(
         self, repo_id: str, commit: str, path: str, local_dir: Path, on_bytes: Callable[[int], None]
     ) -> None:
-        """Fetch one Xet-stored file with hf_xet (through huggingface_hub) straight to ``local_dir/path``."""
+        """Fetch one Xet-stored file with hf_xet (through huggingface_hub) straight to ``local_dir/path``.
+
+        huggingface_hub's metadata call is bounded by this client's read timeout; hf_xet's own transfer
+        keeps its own timeouts."""
+        from huggingface_hub import hf_hub_download
+
         hf_hub_download(
             repo_id,
             path,
             revision=commit,
             local_dir=local_dir,
-            endpoint=self.endpoint,
+            endpoint=self._base,
             token=self._token if self._token else False,
             force_download=True,
+            etag_timeout=float(self.timeout.read or READ_TIMEOUT_S),
             tqdm_class=byte_counting_tqdm(on_bytes),
         )
 
 
-def _hub_file(item: dict[str, Any]) -> HubFile:
-    """One file of a tree listing, read as huggingface_hub's ``RepoFile`` reads it."""
-    lfs = item.get("lfs")
-    try:
-        return HubFile(
-            path=item["path"],
-            size=int(item["size"]),
-            blob_id=item["oid"],
-            lfs_sha256=lfs["oid"] if isinstance(lfs, dict) else None,
-            xet_hash=item.get("xetHash"),
-        )
-    except (KeyError, TypeError, ValueError):
-        raise UserError(f"the Hub's listing has a file entry without a path or size: {str(item)[:200]}") from None
+MAX_RANGE_REQUESTS = 8
+"""Ranged requests one header read makes at most (a server answering with ever shorter slices)."""
 
 
-def _stated_size(r: httpx.Response) -> int:
-    """The whole file's size as a response states it: Content-Range's total (206), else Content-Length
-    (200, identity encoding); -1 when neither says."""
-    m = re.match(r"bytes \d+-\d+/(\d+)", r.headers.get("content-range", ""))
+def size_claims(r: httpx.Response) -> list[tuple[str, int]]:
+    """Every size an answer states for the whole file: Content-Range's total (206), Content-Length (a
+    200 in identity encoding) and X-Linked-Size (the Hub's header for an LFS file, on the answer or a
+    redirect before it)."""
+    claims: list[tuple[str, int]] = []
+    m = re.fullmatch(r"bytes \d+-\d+/(\d+)", r.headers.get("content-range", "").strip())
     if m:
-        return int(m.group(1))
-    length = r.headers.get("content-length")
-    if r.status_code == 200 and length and length.isdigit() and not r.headers.get("content-encoding"):
-        return int(length)
-    return -1
+        claims.append(("Content-Range", int(m.group(1))))
+    length = r.headers.get("content-length", "").strip()
+    if r.status_code == 200 and length.isdigit() and not r.headers.get("content-encoding"):
+        claims.append(("Content-Length", int(length)))
+    for answer in (*r.history, r):
+        linked = answer.headers.get("x-linked-size", "").strip()
+        if linked.isdigit():
+            claims.append(("X-Linked-Size", int(linked)))
+            break
+    return claims
+
+
+def content_range(value: str) -> tuple[int, int] | None:
+    """The first and last byte of a ``Content-Range: bytes <start>-<end>/<size>`` answer, or None."""
+    m = re.match(r"bytes (\d+)-(\d+)/(\d+|\*)", value.strip())
+    if not m or int(m.group(2)) < int(m.group(1)):
+        return None
+    return int(m.group(1)), int(m.group(2))
 
 
 def content_range_start(value: str) -> int | None:

@@ -4,12 +4,20 @@
     <local_dir>/.roost/download.json                   the manifest (:class:`Manifest`)
     <local_dir>/.roost/partial/<expected digest>.part  an interrupted transfer, resumed from its end
     <local_dir>/.roost/download.lock                   held by the one process downloading here (``roost.fslock``)
+    <local_dir>/.roost/corrupt/<path>.corrupt-<UTC>    a verified file found changed, set aside (:func:`set_aside`)
 
 The manifest names the commit the directory holds, the Hub's listing at that commit, and for each
-verified file its expected digest and **fingerprint** ``(size, mtime_ns, inode)``: a file whose
-fingerprint is unchanged since roost verified it is never hashed again. :func:`plan_local_files`
+verified file its expected digest and **fingerprint** ``(size, mtime_ns, inode, ctime_ns)``: a file
+whose fingerprint is unchanged since roost verified it is never hashed again. Any write to a file
+moves its ctime, which no user-space call can set back (``touch``/``os.utime`` set mtime and atime
+only), so a change of the same size with the mtime restored is hashed and caught too; a change below
+the filesystem (bit rot, a raw write to the device) is not, short of hashing every file again.
+Every path in the directory roost writes or hashes is resolved first (:func:`inside`): a file name, or
+a symlink in the directory, that would lead outside it is refused. :func:`plan_local_files`
 sorts the selected files into cached (verified, unchanged), to hash in place (on disk, right size,
 not known to be verified), to fetch, and mismatches (verified once, since changed in size).
+A verified file found changed (in size here, or in content once hashed) is corrupt: it is never
+deleted nor overwritten, but moved to ``.roost/corrupt/`` (:func:`set_aside`) and fetched again.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import datetime as dt
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,7 +35,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from roost.errors import UserError
 from roost.hub.integrity import FileDigest, HubFile, Mismatch, hash_file
+from roost.inputs.files import kind_of
+from roost.inputs.text import shown
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +77,64 @@ def partial_size(local_dir: Path, f: HubFile) -> int:
         return 0
 
 
+def corrupt_dir(local_dir: Path) -> Path:
+    """Where verified files found changed are set aside (:func:`set_aside`); roost never empties it."""
+    return state_dir(local_dir) / "corrupt"
+
+
+def set_aside(local_dir: Path, rel: str, now: dt.datetime | None = None) -> Path:
+    """Move ``local_dir/rel``, a file roost verified that no longer matches, to
+    ``.roost/corrupt/<rel>.corrupt-<UTC timestamp>`` (never over another file) and return where it went.
+
+    A rename in the same directory tree: the bytes are kept as they were found, for whoever wants to
+    see what changed them; the repository's file can then be fetched anew in its place."""
+    src = inside(local_dir, rel)
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    base = f"{rel}.corrupt-{stamp}"
+    dest, n = corrupt_dir(local_dir) / base, 1
+    while os.path.lexists(dest):
+        n += 1
+        dest = corrupt_dir(local_dir) / f"{base}-{n}"
+    dest = inside(local_dir, dest.relative_to(local_dir).as_posix())  # .roost/ leading outside is refused
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(src, dest)
+    return dest
+
+
 def free_bytes(path: Path) -> int:
     """Free bytes on the filesystem that holds ``path`` (or its nearest existing parent)."""
     for candidate in (path, *path.parents):
-        if candidate.exists():
+        try:
             return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
     return shutil.disk_usage("/").free  # pragma: no cover
+
+
+def inside(local_dir: Path, rel: str) -> Path:
+    """``local_dir / rel`` when it resolves (symlinks followed) to a path inside ``local_dir`` (itself
+    resolved) and is a regular file or absent; a UserError naming it otherwise."""
+    dest = local_dir / rel
+    try:
+        real = dest.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise UserError(f"{shown(str(dest), 200)} cannot be resolved ({shown(str(exc), 80)}): remove it or choose "
+                        "another --local-dir") from None
+    if not real.is_relative_to(local_dir):
+        raise UserError(
+            f"{shown(rel)} would be written or read at {shown(str(real), 160)}, outside {shown(str(local_dir), 160)} "
+            "(a symlink in the download directory leads there): remove that symlink or choose another --local-dir"
+        )
+    try:
+        mode = os.stat(dest).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return dest
+    if not stat.S_ISREG(mode):
+        raise UserError(
+            f"{shown(str(dest), 200)} is {kind_of(mode)}, where the repository has a file of that name: "
+            "remove it or choose another --local-dir"
+        )
+    return dest
 
 
 # ------------------------------------------------------------------------------------ fingerprints
@@ -82,17 +146,20 @@ class Fingerprint(BaseModel):
     size: int
     mtime_ns: int
     inode: int
+    ctime_ns: int | None = Field(
+        default=None, description="Moved by any write, never set back; None in manifests before it was kept."
+    )
 
     @classmethod
     def of(cls, path: Path) -> Fingerprint:
         st = path.stat()
-        return cls(size=st.st_size, mtime_ns=st.st_mtime_ns, inode=st.st_ino)
+        return cls(size=st.st_size, mtime_ns=st.st_mtime_ns, inode=st.st_ino, ctime_ns=st.st_ctime_ns)
 
     @classmethod
     def maybe(cls, path: Path) -> Fingerprint | None:
         try:
             return cls.of(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
 
@@ -224,10 +291,13 @@ def changed_after_verified(entry: VerifiedEntry) -> str:
 def plan_local_files(
     local_dir: Path, listing: Sequence[HubFile], verified: dict[str, VerifiedEntry]
 ) -> LocalPlan:
-    """Sort ``listing`` by what ``local_dir`` holds: cached, to hash in place, to fetch, or changed size."""
+    """Sort ``listing`` by what ``local_dir`` holds: cached, to hash in place, to fetch, or changed size.
+
+    Each file's place is resolved first (:func:`inside`): one that leads outside ``local_dir`` or is
+    not a regular file is a UserError."""
     plan = LocalPlan()
     for f in listing:
-        fp = Fingerprint.maybe(local_dir / f.path)
+        fp = Fingerprint.maybe(inside(local_dir, f.path))
         entry = verified.get(f.path)
         same_content = entry is not None and entry.expected == f.expected_digest
         if fp is not None and same_content and entry is not None and entry.fingerprint == fp:

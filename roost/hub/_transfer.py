@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from roost.hub._http import HubClient, with_retries, xet_available
-from roost.hub._local_folder import Fingerprint, ManifestWriter, hash_in_place, partial_path
+from roost.hub._http import HubClient, xet_available
+from roost.hub._local_folder import Fingerprint, ManifestWriter, hash_in_place, inside, partial_path
 from roost.hub.errors import Stopped
 from roost.hub.integrity import FileDigest, HubFile, IntegrityError, Mismatch, check_digest
 from roost.hub.progress import ProgressCallback, ProgressMeter
@@ -91,28 +91,27 @@ def fetch_all(
     hash_meter = ProgressMeter(progress, "verify", sum(f.size for f in files), len(files), interval)
 
     def fetch(f: HubFile) -> int:
-        dest = local_dir / f.path
+        dest = inside(local_dir, f.path)  # resolved: never outside local_dir, whatever symlinks it holds
         ctx = client.context(repo_id, commit, f.path)
         if use_xet and f.xet_hash:
-            with_retries(
+            client.retry(
                 lambda: client.fetch_xet(repo_id, commit, f.path, local_dir, meter.counter.add),
                 what=f"fetching {f.path} (xet)",
                 ctx=ctx,
-                policy=client.policy,
                 stop=stop,
             )
             return 0
-        part = partial_path(local_dir, f)
+        part = inside(local_dir, partial_path(local_dir, f).relative_to(local_dir).as_posix())
         part.parent.mkdir(parents=True, exist_ok=True)
         url = client.file_url(repo_id, commit, f.path)
-        resumed = with_retries(
+        resumed = client.retry(
             lambda: client.fetch_http(url, part, f.size, meter.counter.add, stop, f.path),
             what=f"fetching {f.path}",
             ctx=ctx,
-            policy=client.policy,
             progress_marker=lambda: part.stat().st_size if part.exists() else 0,
             stop=stop,
         )
+        dest = inside(local_dir, f.path)  # again, just before the rename: a symlink made meanwhile is refused too
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(part, dest)
         return resumed

@@ -1,8 +1,11 @@
 """What can go wrong talking to the Hub or writing the download, and the sentence each fault becomes.
 
-- **Transient** (:func:`is_transient`): 5xx, 408, 429, connection resets, timeouts, a transfer cut
-  short. The retry loop (``roost.hub._http.with_retries``) backs off and tries again; what outlasts
+- **Transient** (:func:`is_transient`): 5xx, 408, 429, connection refused or reset, no such host,
+  timeouts, a transfer cut short. The retry loop (``roost.hub._http.with_retries``) backs off and
+  tries again (3 tries in all while the endpoint has never answered, 6 once it has); what outlasts
   the retries is :class:`HubUnreachable` (a ``StageFailed``: worth running again later).
+- **Client-side** (``UnsupportedProtocol``, ``LocalProtocolError``): what roost's own request cannot
+  be; never retried, a ``UserError`` naming the endpoint.
 - **Refused** (401/403/404 and the Hub's ``X-Error-Code``: RepoNotFound, GatedRepo, RevisionNotFound,
   DisabledRepo...): never retried; :func:`to_roost_error` turns it into a ``UserError`` whose
   sentence (:func:`hub_fault_sentence`) says which it is and what to do, never naming the token.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +28,10 @@ from typing import Any
 
 import httpx
 import httpx2  # huggingface_hub's HTTP client (a dependency of huggingface-hub 2.x)
-from huggingface_hub.errors import HfHubHTTPError
 
 from roost.errors import RoostError, StageFailed, UserError
 from roost.hub._local_folder import free_bytes
+from roost.inputs.text import shown
 from roost.units import format_bytes
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -46,13 +50,30 @@ class HubStatusError(Exception):
 
     @classmethod
     def from_response(cls, response: Any) -> HubStatusError:
+        """The error an answer states; its ``X-Error-Message`` made one line and short, and rid of the
+        credentials the request carried (a server may echo the request's headers)."""
         headers = response.headers
+        message = headers.get("x-error-message", "") or ""
+        code = headers.get("x-error-code", "") or ""
+        for secret in _request_secrets(response):
+            message, code = message.replace(secret, "***"), code.replace(secret, "***")
         return cls(
             status=int(response.status_code),
-            code=headers.get("x-error-code", "") or "",
-            message=headers.get("x-error-message", "") or "",
+            code=shown(code, 60),
+            message=shown(message, 200),
             url=str(response.url).split("?", 1)[0],
         )
+
+
+def _request_secrets(response: Any) -> list[str]:
+    """The credentials in the Authorization header of the request behind ``response`` (its whole
+    value and the part after the scheme), longest first."""
+    try:
+        auth = response.request.headers.get("authorization") or ""
+    except (AttributeError, RuntimeError):  # a response built without a request
+        return []
+    out = [auth, auth.partition(" ")[2]]
+    return sorted({s for s in out if len(s) >= 4}, key=len, reverse=True)
 
 
 class HubUnreachable(StageFailed):
@@ -86,9 +107,18 @@ def status_error(exc: BaseException) -> HubStatusError | None:
     """The HTTP status behind ``exc`` (roost's own, or huggingface_hub's HfHubHTTPError), or None."""
     if isinstance(exc, HubStatusError):
         return exc
-    if isinstance(exc, HfHubHTTPError) and getattr(exc, "response", None) is not None:
+    # huggingface_hub is not imported for this (importing it parses HF_ENDPOINT): an exception of its
+    # type exists only once its module is loaded
+    hf_errors = sys.modules.get("huggingface_hub.errors")
+    if hf_errors is not None and isinstance(exc, hf_errors.HfHubHTTPError) and getattr(exc, "response", None) is not None:
         return HubStatusError.from_response(exc.response)
     return None
+
+
+_CLIENT_SIDE = (httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx2.UnsupportedProtocol,
+                httpx2.LocalProtocolError)
+"""Transport errors roost's own request causes (a redirect to a scheme httpx cannot ask, a header it
+cannot send): asking again cannot help."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -96,6 +126,8 @@ def is_transient(exc: BaseException) -> bool:
     status = status_error(exc)
     if status is not None:
         return status.status in TRANSIENT_STATUS or status.status >= 500
+    if isinstance(exc, _CLIENT_SIDE):
+        return False
     return isinstance(
         exc,
         TransferIncomplete | httpx.TransportError | httpx2.TransportError | TimeoutError | ConnectionError,
@@ -172,10 +204,19 @@ def to_roost_error(exc: BaseException, ctx: FaultContext) -> RoostError | None:
     status = status_error(exc)
     if status is not None and not is_transient(exc):
         return UserError(hub_fault_sentence(status, ctx))
+    if isinstance(exc, _CLIENT_SIDE):
+        # the type only: a LocalProtocolError's text can quote a header value
+        return UserError(
+            f"{ctx.endpoint} cannot be asked for {ctx.repo_id} ({type(exc).__name__}: a redirect to a URL that "
+            "is not http(s), or a request header httpx cannot send): check HF_ENDPOINT and any proxy settings"
+        )
     return None
 
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+_PATH_ERRNOS = {errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.EEXIST}
+"""A path that cannot be made or written (too long, a file where a directory must be...): no network
+error has these."""
 
 
 @contextlib.contextmanager
@@ -185,15 +226,20 @@ def local_disk_errors(local_dir: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if exc.errno not in _DISK_ERRNOS:
+        if exc.errno not in _DISK_ERRNOS | _PATH_ERRNOS:
             raise
-        where = exc.filename or local_dir
+        where = shown(str(exc.filename or local_dir), 160)
+        if exc.errno in _PATH_ERRNOS:
+            raise UserError(
+                f"{where}: {exc.strerror or 'unusable path'}: choose another --local-dir (a directory, with a "
+                "path short enough for the repository's files)"
+            ) from None
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise UserError(
                 f"{where}: no space left while downloading ({format_bytes(free_bytes(local_dir))} free "
-                f"in {local_dir}): free some space or choose another --local-dir; what is complete is kept"
+                f"in {shown(str(local_dir), 160)}): free some space or choose another --local-dir; what is complete is kept"
             ) from None
         raise UserError(
-            f"{where}: {exc.strerror or 'not writable'}: make {local_dir} writable for this user "
+            f"{where}: {exc.strerror or 'not writable'}: make {shown(str(local_dir), 160)} writable for this user "
             "or choose another --local-dir"
         ) from None

@@ -5,8 +5,9 @@ One definition each:
 - **expected digest** of a file: the ``lfs.sha256`` the Hub lists for an LFS file, else its git blob id
   (``sha1(b"blob <size>\\0" + content)``, the ``oid`` the Hub lists for a regular file);
 - **verified**: the file on disk has the listed size and the expected digest (:func:`check_digest`;
-  a file that is not is a :class:`Mismatch`, and a run that finds one fails with
-  :class:`IntegrityError`).
+  a file that is not is a :class:`Mismatch`). A file roost had verified that no longer is (corrupt in
+  the cache) is set aside and fetched again (``roost.hub.snapshot``); a file as fetched that is not
+  fails the run with :class:`IntegrityError`.
 
 What a verified file's fingerprint is, and the manifest that keeps it, are in
 ``roost.hub._local_folder``.
@@ -174,6 +175,7 @@ class IntegrityError(CheckFailed):
 
     def __init__(self, mismatches: Sequence[Mismatch], remedy: str) -> None:
         self.mismatches = list(mismatches)
+        self.remedy = remedy
         head = "integrity check failed for " + (
             "1 file" if len(self.mismatches) == 1 else f"{len(self.mismatches)} files"
         )

@@ -43,10 +43,11 @@ from roost.checkpoint.files import METADATA_NAMES, FetchedFiles, RemoteShard
 from roost.checkpoint.model import header_digest
 from roost.checkpoint.safetensors_header import HeaderError, header_length
 from roost.errors import UserError
-from roost.hub._http import HubClient, RetryPolicy, is_full_sha, resolve_endpoint, resolve_token, with_retries
+from roost.hub._http import HubClient, RetryPolicy, is_full_sha, resolve_endpoint, resolve_token
 from roost.hub.integrity import HubFile
 from roost.hub.patterns import DEFAULT_ALLOW_PATTERNS, DEFAULT_IGNORE_PATTERNS
 from roost.hub.snapshot import DownloadSpec, select_files
+from roost.inputs.text import redact_url
 from roost.settings import repo_dir_name, roost_home
 
 SCHEME = "hf://"
@@ -139,8 +140,9 @@ def preflight(
     )
     cache = PreflightCache(cache_root or roost_home() / "preflight", spec.repo_id)
     if is_full_sha(spec.revision) and (hit := cache.load(spec.revision)) is not None:
-        return _answer(spec, spec.revision, endpoint, hit, 0, True, t0)
+        return _answer(spec, spec.revision, redact_url(endpoint), hit, 0, True, t0)
     client = HubClient(endpoint, resolve_token(token), policy=retry or PREFLIGHT_RETRY, stage="preflight")
+    endpoint = client.endpoint  # as messages and the answer show it (a password in it is ***)
     try:
         if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") and not is_full_sha(spec.revision):
             commit = cache.offline_ref(spec.revision)
@@ -192,14 +194,14 @@ def _read(client: HubClient, repo_id: str, commit: str) -> _Read:
     shard_names = sorted(n for n in listing if n.endswith(".safetensors"))
 
     def small(name: str) -> bytes:
-        return with_retries(lambda: client.read_small(repo_id, commit, name, limit=METADATA_LIMIT),
+        return client.retry(lambda: client.read_small(repo_id, commit, name, limit=METADATA_LIMIT),
                             what=f"reading {name} of {repo_id}@{commit[:12]}",
-                            ctx=client.context(repo_id, commit, name), policy=client.policy)
+                            ctx=client.context(repo_id, commit, name))
 
     def header(name: str) -> RemoteShard:
-        return with_retries(lambda: _read_header(client, repo_id, commit, name, listing[name]),
+        return client.retry(lambda: _read_header(client, repo_id, commit, name, listing[name]),
                             what=f"reading the header of {name} in {repo_id}@{commit[:12]}",
-                            ctx=client.context(repo_id, commit, name), policy=client.policy)
+                            ctx=client.context(repo_id, commit, name))
 
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="roost-preflight") as pool:
         small_futures = {n: pool.submit(small, n) for n in small_names}
@@ -225,12 +227,13 @@ def _read_header(client: HubClient, repo_id: str, commit: str, name: str, listed
         size = listed if stated < 0 else min(listed, stated)
         return 8 + header_length(where, prefix, size, "report it to the repository's owner")
 
-    prefix, stated = client.read_prefix(repo_id, commit, name, want, FIRST_READ)
-    if stated >= 0 and stated != listed:
-        raise HeaderError(
-            f"{where}: the server says the file holds {stated:,} bytes but the listing says {listed:,}; "
-            "the repository or the server is inconsistent — try again later or report it"
-        )
+    prefix, claims = client.read_prefix(repo_id, commit, name, want, FIRST_READ)
+    for header, stated in claims:
+        if stated != listed:
+            raise HeaderError(
+                f"{where}: the server says the file holds {stated:,} bytes ({header}) but the listing says {listed:,}; "
+                "the repository or the server is inconsistent — try again later or report it"
+            )
     return RemoteShard(size=listed, header=prefix[8:])
 
 

@@ -22,6 +22,7 @@ import os
 import random
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -157,7 +158,9 @@ class HubProxy:
 
     def start(self) -> Self:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._server.serve_forever, name="hub-proxy", daemon=True)
+            # a short poll: stop() waits for the loop's next poll (0.5 s by default, per proxy a test starts)
+            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                                            name="hub-proxy", daemon=True)
             self._thread.start()
         return self
 
@@ -315,13 +318,22 @@ class RangeHub(HubProxy):
     while (seconds per GB) before its first byte, which a benchmark of header reads must not time.
 
     ``served`` counts the body bytes written per file path (a client that closes early is counted up
-    to what the socket accepted).
+    to what the socket accepted); ``gets`` lists each file request as ``(path, Range header or None,
+    status)``. ``delay_s`` sleeps that long after each ``chunk`` bytes of a body (a slow link, so a
+    test can stop a client midway through a file); ``slice_bytes`` answers a ranged request with at
+    most that many bytes (a shorter ``206`` slice, which HTTP allows a server to send and a CDN may).
     """
 
-    def __init__(self, mirror_endpoint: str, mirrors_root: Path, *, host: str = "127.0.0.1") -> None:
+    def __init__(self, mirror_endpoint: str, mirrors_root: Path, *, host: str = "127.0.0.1",
+                 delay_s: float = 0.0, chunk: int = 1 << 20, slice_bytes: int | None = None) -> None:
         super().__init__(mirror_endpoint, host=host)
         self.mirrors_root = mirrors_root
         self.served: dict[str, int] = {}
+        self.gets: list[tuple[str, str | None, int]] = []
+        self.sent: list[int] = []  # body bytes written for each of ``gets``, by index
+        self.delay_s = delay_s
+        self.chunk = chunk
+        self.slice_bytes = slice_bytes
 
     def _blob(self, repo_id: str, commit: str, path: str) -> Path | bytes | None:
         """The LFS object file of ``path`` at ``commit``, its bytes for a small file, or None when absent."""
@@ -353,6 +365,9 @@ class RangeHub(HubProxy):
 
             body = gzip.compress(blob)
             self.record("GET", handler.path, 200)
+            with self._lock:
+                self.gets.append((path, handler.headers.get("range"), 200))
+                self.sent.append(len(body))
             handler.send_response(200)
             handler.send_header("Content-Encoding", "gzip")
             handler.send_header("Content-Length", str(len(body)))
@@ -362,17 +377,27 @@ class RangeHub(HubProxy):
             return True
         size = blob.stat().st_size if isinstance(blob, Path) else len(blob)
         start, end = 0, size - 1
-        m = re.fullmatch(r"bytes=(\d+)-(\d*)", handler.headers.get("range", "") or "")
+        asked = handler.headers.get("range")
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", asked or "")
         if m:
             start, end = int(m.group(1)), min(size - 1, int(m.group(2)) if m.group(2) else size - 1)
+            if self.slice_bytes is not None:
+                end = min(end, start + self.slice_bytes - 1)
             if start >= size:
                 handler.send_response(416)
                 handler.send_header("Content-Range", f"bytes */{size}")
                 handler.send_header("Content-Length", "0")
                 handler.end_headers()
                 self.record("GET", handler.path, 416)
+                with self._lock:
+                    self.gets.append((path, asked, 416))
+                    self.sent.append(0)
                 return True
         self.record("GET", handler.path, 206 if m else 200)
+        with self._lock:
+            self.gets.append((path, asked, 206 if m else 200))
+            self.sent.append(0)
+            index = len(self.sent) - 1
         handler.send_response(206 if m else 200)
         if m:
             handler.send_header("Content-Range", f"bytes {start}-{end}/{size}")
@@ -382,22 +407,27 @@ class RangeHub(HubProxy):
         try:
             if isinstance(blob, bytes):
                 handler.wfile.write(blob[start : end + 1])
-                self._count(path, end - start + 1)
+                self._count(path, end - start + 1, index)
                 return True
             with open(blob, "rb") as f:
                 f.seek(start)
                 left = end - start + 1
                 while left > 0:
-                    chunk = f.read(min(left, 1 << 20))
+                    chunk = f.read(min(left, self.chunk))
                     if not chunk:
                         break
                     handler.wfile.write(chunk)
-                    self._count(path, len(chunk))
+                    handler.wfile.flush()
+                    self._count(path, len(chunk), index)
                     left -= len(chunk)
+                    if self.delay_s:
+                        time.sleep(self.delay_s)
         except (BrokenPipeError, ConnectionResetError):
             handler.close_connection = True
         return True
 
-    def _count(self, path: str, n: int) -> None:
+    def _count(self, path: str, n: int, index: int | None = None) -> None:
         with self._lock:
             self.served[path] = self.served.get(path, 0) + n
+            if index is not None:
+                self.sent[index] += n

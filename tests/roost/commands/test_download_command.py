@@ -14,6 +14,7 @@ import pytest
 from support.hub import local_hub, shard_name, write_checkpoint_files
 
 from roost.hub.mirror import HubMirror
+from roost.hub.publish import lfs_object_path, mirror_repo_path, publish_repo
 from roost.units import format_bytes
 
 ROOST = str(Path(sys.executable).parent / "roost")
@@ -55,8 +56,11 @@ def test_json_contract_then_cached(hub: tuple[HubMirror, str], tmp_path: Path) -
     assert out["local_dir"] == str(tmp_path.resolve())
     assert [f["path"] for f in out["files"]] == FILES
     for f in out["files"]:
-        assert f.keys() == {"path", "size", "sha256", "verified", "lfs", "git_oid", "source", "resumed_from"}
+        assert f.keys() == {
+            "path", "size", "sha256", "verified", "lfs", "git_oid", "source", "resumed_from", "corrupt_copy",
+        }
         assert f["verified"] is True and f["source"] == "download" and f["resumed_from"] == 0
+        assert f["corrupt_copy"] is None
         assert f["sha256"] == hashlib.sha256((tmp_path / f["path"]).read_bytes()).hexdigest()
     assert out["bytes"] == sum(f["size"] for f in out["files"]) == out["downloaded_bytes"] == out["hashed_bytes"]
 
@@ -83,18 +87,46 @@ def test_default_directory_is_the_checkpoint_dir_and_the_summary_line(
     )
 
 
-def test_integrity_failure_exits_1_naming_the_file(hub: tuple[HubMirror, str], tmp_path: Path) -> None:
+def test_a_corrupt_cached_file_is_fetched_again_and_one_the_hub_serves_wrong_exits_1(
+    hub: tuple[HubMirror, str], tmp_path: Path
+) -> None:
     mirror, _ = hub
-    assert roost_download(mirror.endpoint, "acme/cli-model", "--local-dir", str(tmp_path)).returncode == 0
-    shard = tmp_path / shard_name(2, 2)
+    repo = "acme/cli-rots"
+    src = write_checkpoint_files(tmp_path / "src", shard_sizes=[300_000], seed=12)
+    publish_repo(src, mirror.mirrors_root, repo)
+    dl = tmp_path / "dl"
+    name = shard_name(1, 1)
+    assert roost_download(mirror.endpoint, repo, "--local-dir", str(dl)).returncode == 0
+    shard = dl / name
+    expected = hashlib.sha256(shard.read_bytes()).hexdigest()
     data = bytearray(shard.read_bytes())
     data[10] ^= 0x01
     shard.write_bytes(bytes(data))
+    found = hashlib.sha256(bytes(data)).hexdigest()
 
-    bad = roost_download(mirror.endpoint, "acme/cli-model", "--local-dir", str(tmp_path))
-    assert bad.returncode == 1
-    assert f"{shard_name(2, 2)}: sha256 expected" in bad.stderr
-    assert hashlib.sha256(bytes(data)).hexdigest() in bad.stderr
+    fixed = roost_download(mirror.endpoint, repo, "--local-dir", str(dl))
+    assert fixed.returncode == 0, fixed.stderr
+    assert hashlib.sha256(shard.read_bytes()).hexdigest() == expected
+    [line] = [line for line in fixed.stderr.splitlines() if "corrupt" in line]
+    assert line.startswith(f"roost: corrupt file fetched again: {name}: sha256 expected {expected}, found {found} ")
+    assert "1 corrupt file set aside and fetched again" in fixed.stdout
+    assert "Traceback" not in fixed.stderr and "roost: error:" not in fixed.stderr
+
+    # the copy on disk rots again, and so does the Hub's stored object: the file as fetched again fails, exit 1
+    shard.write_bytes(bytes(data))
+    obj = lfs_object_path(mirror_repo_path(mirror.mirrors_root, repo), expected)
+    served = bytearray(obj.read_bytes())
+    served[20] ^= 0x01
+    obj.write_bytes(bytes(served))
+    bad = roost_download(mirror.endpoint, repo, "--local-dir", str(dl))
+    assert bad.returncode == 1 and bad.stdout == ""
+    copies = sorted((dl / ".roost" / "corrupt").iterdir())  # each kept, neither over the other
+    assert len(copies) == 2 and all(c.read_bytes() == bytes(data) for c in copies)
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("roost: error:")]
+    assert len(errors) == 1
+    assert (f"{name}: sha256 expected {expected}, found {hashlib.sha256(bytes(served)).hexdigest()} (as fetched "
+            f"again, after the copy on disk was found changed since roost verified it (sha256 {found}); that copy "
+            f"is kept at {copies[-1]})") in errors[0]
     assert "Traceback" not in bad.stderr
 
 

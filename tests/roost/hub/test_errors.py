@@ -18,6 +18,7 @@ from roost.hub.errors import (
     hub_fault_sentence,
     is_transient,
     local_disk_errors,
+    to_roost_error,
 )
 
 CTX = FaultContext(repo_id="org/model", revision="main", endpoint="https://hub.example", have_token=False)
@@ -47,6 +48,9 @@ def status(code: int, error_code: str = "") -> HubStatusError:
         (ConnectionResetError(), True),
         (TransferIncomplete("short"), True),
         (ValueError("bug"), False),
+        (httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'."), False),
+        (httpx.LocalProtocolError("Illegal header value"), False),
+        (httpx2.UnsupportedProtocol("no scheme"), False),
     ],
 )
 def test_transient_faults_are_5xx_408_429_resets_and_timeouts(exc: BaseException, transient: bool) -> None:
@@ -100,3 +104,20 @@ def test_the_local_disk_refusing_is_a_user_error_naming_the_file(err: OSError, m
 def test_network_os_errors_pass_through_the_disk_guard(tmp_path: Path) -> None:
     with pytest.raises(ConnectionResetError), local_disk_errors(tmp_path):
         raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+
+def test_a_request_roost_cannot_make_is_a_user_error_without_its_text() -> None:
+    """A LocalProtocolError's text can quote a header value (the token): only its type is named."""
+    err = to_roost_error(httpx.LocalProtocolError("Illegal header value b'Bearer hf_secret'"), CTX)
+    assert isinstance(err, UserError) and "hf_secret" not in str(err)
+    assert str(err).startswith("https://hub.example cannot be asked for org/model (LocalProtocolError: ")
+
+
+def test_an_error_message_the_hub_states_is_one_line_and_rid_of_the_token() -> None:
+    request = httpx.Request("GET", "https://hub.example/api/models/org/model/refs",
+                            headers={"authorization": "Bearer hf_echoed_secret"})
+    response = httpx.Response(400, headers={"x-error-message": "bad: authorization=Bearer hf_echoed_secret\nmore",
+                                            "x-error-code": "hf_echoed_secret"}, request=request)
+    err = HubStatusError.from_response(response)
+    assert "hf_echoed_secret" not in err.message + err.code and "\n" not in err.message
+    assert err.message == "bad: authorization=***\\nmore"  # the newline escaped, the token gone

@@ -112,3 +112,22 @@ def test_content_range_start_reads_the_first_byte() -> None:
     assert content_range_start("bytes 4096-9999/10000") == 4096
     assert content_range_start("bytes */10000") is None
     assert content_range_start("") is None
+
+
+def test_an_endpoint_that_never_answered_gets_three_tries_one_that_did_gets_the_budget() -> None:
+    calls: list[int] = []
+
+    def refused() -> None:
+        calls.append(1)
+        raise httpx.ConnectError("[Errno 111] Connection refused")
+
+    with pytest.raises(HubUnreachable, match=r"nothing answered at https://hub\.example \(ConnectError: \[Errno 111\] "
+                                             r"Connection refused; 3 attempts in"):
+        with_retries(refused, what="t", ctx=CTX, policy=RetryPolicy(base_s=0.0), sleep=lambda _s: None,
+                     answered=lambda: False)
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(HubUnreachable, match="6 attempts failed, last with ConnectError"):
+        with_retries(refused, what="t", ctx=CTX, policy=RetryPolicy(base_s=0.0), sleep=lambda _s: None,
+                     answered=lambda: True)  # a Hub that answered before and is restarting
+    assert len(calls) == 6

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import httpx
 import pytest
 from support import replicas
 from support.hub import HubProxy, RangeHub
-from support.hub_faults import CutHeaderHub, MissingFileHub, shrink
+from support.hub_faults import CutHeaderHub, MissingFileHub, SilentHub, SizeLieHub, shrink
 
 from roost.checkpoint.model import header_digest, read_checkpoint
 from roost.checkpoint.safetensors_header import INDEX_NAME
@@ -224,11 +225,13 @@ def test_a_shard_rewritten_after_the_preflight_is_header_changed(hub: PreflightH
     assert read_checkpoint(local, expected).header_changed == []
     assert "HEADER_CHANGED" not in {f.code for f in same.findings} and not same.has_errors
 
-    # the same tensors at the same offsets, under a header that also carries __metadata__
+    # the same tensors at the same offsets, under a header whose __metadata__ says something else
     shard = local / "model-00002-of-00002.safetensors"
     body = shard.read_bytes()
     n = int.from_bytes(body[:8], "little")
-    header = b'{"__metadata__":{"format":"pt"},' + body[9 : 8 + n]
+    doc = json.loads(body[8 : 8 + n])
+    doc["__metadata__"] = {**doc.get("__metadata__", {}), "rewritten": "after the preflight"}
+    header = json.dumps(doc).encode()
     shard.write_bytes(len(header).to_bytes(8, "little") + header + body[8 + n :])
     assert header_digest(header) != expected[shard.name]
     changed = audit_for_host(local, SPARK, expected_headers=expected)
@@ -261,6 +264,41 @@ def test_a_listed_shard_answering_404(hub: PreflightHub, tmp_path: Path) -> None
     assert fake.attempts == 1  # a 404 is an answer, not a fault worth retrying
     assert str(err.value) == (f"{name} is listed in {TINY}@{hub.commits[TINY]} but {fake.endpoint} answered HTTP 404 "
                               "for it: check the revision, or report the broken repository to its owner")
+
+
+def test_a_server_answering_ranges_with_short_slices_is_asked_for_the_rest(hub: PreflightHub, tmp_path: Path) -> None:
+    """HTTP lets a server answer ``bytes=0-65535`` with fewer bytes (a ``206`` naming the slice it sent):
+    the rest of the length prefix and header is asked for with further ranges, never given up on."""
+    name = "model-00001-of-00002.safetensors"
+    header_end = 8 + int.from_bytes((hub.sources[TINY] / name).read_bytes()[:8], "little")
+    with RangeHub(hub.endpoint, hub.mirrors_root, slice_bytes=header_end // 3 + 1) as short:
+        pf = preflight(HubRef(repo_id=TINY), endpoint=short.endpoint, cache_root=tmp_path / "c", retry=FAST)
+        gets = [(r, st) for p, r, st in short.gets if p == name]
+    assert pf.files.shards[name].header == (hub.sources[TINY] / name).read_bytes()[8:header_end]
+    assert len(gets) == 3 and all(st == 206 for _, st in gets)  # three slices, no retry
+    assert gets[0][0] == f"bytes=0-{FIRST_READ - 1}"
+
+
+def test_an_x_linked_size_against_the_listing_is_refused(hub: PreflightHub, tmp_path: Path) -> None:
+    name = "model-00001-of-00002.safetensors"
+    body = (hub.sources[TINY] / name).read_bytes()
+    with SizeLieHub(hub.endpoint, name, body, len(body) + 1, "x-linked-size") as lie, pytest.raises(UserError) as err:
+        preflight(HubRef(repo_id=TINY), endpoint=lie.endpoint, cache_root=tmp_path / "c", retry=FAST)
+    assert f"/{name}: the server says the file holds {len(body) + 1:,} bytes (X-Linked-Size) but the listing says " \
+           f"{len(body):,}" in str(err.value)
+    assert not (tmp_path / "c" / "acme--tiny" / hub.commits[TINY]).exists()
+
+
+def test_a_hub_that_never_answers_bounds_the_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "1")
+    with SilentHub() as silent:
+        t0 = time.monotonic()
+        with pytest.raises(StageFailed) as err:
+            preflight(HubRef(repo_id=TINY), endpoint=silent.endpoint, cache_root=tmp_path / "c", retry=FAST)
+        took = time.monotonic() - t0
+    assert str(err.value).startswith(f"preflight: listing refs of {TINY}: nothing answered at {silent.endpoint} "
+                                     "(ReadTimeout")
+    assert took < 10 and silent.accepted == FAST.unanswered_attempts
 
 
 @pytest.mark.parametrize("url", ["hf://acme", "hf://acme/", "hf:///tiny", "hf://acme/tiny/extra", "hf://acme/tiny@",

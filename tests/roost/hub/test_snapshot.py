@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import subprocess
 import threading
 import time
@@ -167,25 +168,81 @@ def test_pinning_a_revision_that_is_not_the_branch_head(shared_hub: SharedHub, t
     assert sha256_of(tmp_path / "a" / shard_name(2, 2)) == sha256_of(shared_hub.main_src / shard_name(2, 2))
 
 
-def test_a_file_tampered_with_after_download_is_caught_by_name(shared_hub: SharedHub, tmp_path: Path) -> None:
+@pytest.mark.parametrize("change", ["one byte flipped", "cut short"])
+def test_a_file_corrupted_after_download_is_set_aside_and_fetched_again(
+    shared_hub: SharedHub, tmp_path: Path, caplog: pytest.LogCaptureFixture, change: str
+) -> None:
     dl = tmp_path / "dl"
-    download_and_verify(DownloadSpec(repo_id=REPO), dl, endpoint=shared_hub.endpoint)
-    shard = dl / shard_name(1, 2)
-    expected = sha256_of(shard)
-    with open(shard, "r+b") as f:  # same size, one byte flipped
-        f.seek(1_500_000)
-        byte = f.read(1)
-        f.seek(1_500_000)
-        f.write(bytes([byte[0] ^ 0xFF]))
-    found = sha256_of(shard)
+    name = shard_name(1, 2)
+    shard = dl / name
+    with HubProxy(shared_hub.endpoint) as proxy:
+        download_and_verify(DownloadSpec(repo_id=REPO), dl, endpoint=proxy.endpoint)
+        expected = sha256_of(shard)
+        size = shard.stat().st_size
+        if change == "one byte flipped":  # same size: found by hashing it (its ctime moved)
+            with open(shard, "r+b") as f:
+                f.seek(1_500_000)
+                byte = f.read(1)
+                f.seek(1_500_000)
+                f.write(bytes([byte[0] ^ 0xFF]))
+        else:  # another size: found without hashing it
+            os.truncate(shard, 1_000_000)
+        corrupted = shard.read_bytes()
+
+        proxy.requests.clear()
+        with caplog.at_level(logging.INFO, logger="roost"):
+            result = download_and_verify(DownloadSpec(repo_id=REPO), dl, endpoint=proxy.endpoint)
+        fetched = [r for r in proxy.requests if "/resolve/" in r]
+
+    assert fetched == [f"GET /{REPO}/resolve/{shared_hub.main}/{name} 200"]  # that file alone, once
+    assert sha256_of(shard) == expected == sha256_of(shared_hub.main_src / name)
+    [copy] = (state_dir(dl) / "corrupt").iterdir()  # set aside, never deleted
+    assert re.fullmatch(re.escape(name) + r"\.corrupt-\d{8}T\d{6}Z", copy.name)
+    assert copy.read_bytes() == corrupted
+    files = {f.path: f for f in result.files}
+    assert files[name].source == "download" and files[name].corrupt_copy == f".roost/corrupt/{copy.name}"
+    assert files[name].sha256 == expected and files[name].resumed_from == 0
+    assert {f.source for p, f in files.items() if p != name} == {"cache"}
+    assert all(f.corrupt_copy is None for p, f in files.items() if p != name)
+    assert result.summary().endswith(f"hashed {format_bytes(result.hashed_bytes)}, "
+                                     f"1 corrupt file set aside and fetched again, {format_seconds(result.seconds)})")
+
+    [line] = [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()]  # one line says it all
+    found = (f"sha256 expected {expected}, found {sha256_of(copy)}" if change == "one byte flipped"
+             else f"size expected {size} bytes, found 1000000 bytes")
+    assert line.startswith(f"corrupt file fetched again: {name}: {found} (changed on disk after roost verified it at ")
+    assert line.endswith(f"; the corrupt copy is kept at {copy}; {size:,} bytes fetched anew from the Hub and verified")
+
+    again = download_and_verify(DownloadSpec(repo_id=REPO), dl, endpoint=shared_hub.endpoint)
+    assert again.cached  # the fetched file is verified and recorded
+    assert [p.name for p in (state_dir(dl) / "corrupt").iterdir()] == [copy.name]
+
+
+def test_a_corrupt_file_the_hub_serves_wrong_again_fails_naming_it(shared_hub: SharedHub, tmp_path: Path) -> None:
+    src = write_checkpoint_files(tmp_path / "src", shard_sizes=[200_000], seed=6)
+    publish_repo(src, shared_hub.mirrors_root, "acme/rots-twice")
+    name = shard_name(1, 1)
+    dl = tmp_path / "dl"
+    download_and_verify(DownloadSpec(repo_id="acme/rots-twice"), dl, endpoint=shared_hub.endpoint)
+    expected = sha256_of(dl / name)
+    data = bytearray((dl / name).read_bytes())
+    data[50] ^= 0xFF  # the copy on disk rots...
+    (dl / name).write_bytes(bytes(data))
+    local_found = hashlib.sha256(bytes(data)).hexdigest()
+    obj = lfs_object_path(mirror_repo_path(shared_hub.mirrors_root, "acme/rots-twice"), expected)
+    served = bytearray(obj.read_bytes())
+    served[100] ^= 0xFF  # ...and so does the Hub's stored object; its listing still names the right digest
+    obj.write_bytes(bytes(served))
 
     with pytest.raises(IntegrityError) as info:
-        download_and_verify(DownloadSpec(repo_id=REPO), dl, endpoint=shared_hub.endpoint)
-    message = str(info.value)
-    assert isinstance(info.value, CheckFailed) and info.value.exit_code == 1
-    assert shard_name(1, 2) in message and expected in message and found in message
-    assert "changed on disk after roost verified it" in message
-    assert sha256_of(shard) == found  # reported, not silently replaced
+        download_and_verify(DownloadSpec(repo_id="acme/rots-twice"), dl, endpoint=shared_hub.endpoint)
+    [copy] = (state_dir(dl) / "corrupt").iterdir()
+    assert isinstance(info.value, CheckFailed) and info.value.exit_code == 1 and sha256_of(copy) == local_found
+    assert str(info.value).startswith(
+        f"integrity check failed for 1 file: {name}: sha256 expected {expected}, "
+        f"found {hashlib.sha256(bytes(served)).hexdigest()} (as fetched again, after the copy on disk was found "
+        f"changed since roost verified it (sha256 {local_found}); that copy is kept at {copy}); "
+    )
 
 
 def test_bytes_served_wrong_by_the_hub_fail_the_run_naming_the_file(
