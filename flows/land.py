@@ -93,9 +93,11 @@ def land(
                 evals = eval_datasets_stage(record, prof, endpoint) if evaluate else []  # 2b. eval questions
             plan = audit_stage(record, prof, host_p, checkpoint, overrides, pre)  # 3. audit on disk + KV plan
             prepared = build_stage(record, backend)                            # 4. image (docker hosts)
-            with stage(record, "host-slot"):                                   # one server per host
+            with stage(record, "host-slot") as st:                             # one server per host
                 ensure_host_limit(host_p.name)
-                teardown.enter_context(host_slot(host_p.name))
+                held = teardown.enter_context(host_slot(host_p.name))
+                if held.waited_s >= 1:
+                    st.note = f"waited {held.waited_s:.0f} s for another run on host {host_p.name} to finish"
             spec = prof.serve_spec(checkpoint.model_dir, plan.vllm_args, port=port, keep_serving=keep_serving,
                                    restart_policy=restart_policy)
             host_check_stage(record, backend, spec, plan, replace=replace)      # 5. occupants, memory
@@ -107,7 +109,7 @@ def land(
             else:                                                               # 7a. the gateway routes to it
                 gateway_stage(record, server.base_url, prof.served_model_name, host_p)
             vision_stage(record, plan, server.base_url, key, prof.served_model_name)  # 7b. image request (towers)
-            benchmark_stage(record, server.base_url, prof, key)                # 8. benchmark
+            benchmark_stage(record, server.base_url, prof, key, server=server)  # 8. benchmark
             eval_stage(record, server.base_url, prof, key, evals)               # 8b. accuracy
             if prof.mtp_ab if mtp_ab is None else mtp_ab:                      # 8b. again without MTP
                 mtp_ab_stage(record, backend, loaded, key, prepared, prof,

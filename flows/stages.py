@@ -73,6 +73,7 @@ from roost.records import (
 from roost.regress import RegressionReport, accuracy_baseline, latest_scores
 from roost.serve.base import Backend, Prepared, Readiness, Server, ServeSpec
 from roost.serve.coldload import ColdLoad, ColdLoadFailed, cold_load
+from roost.serve.diagnose import diagnose_exit
 from roost.serve.occupancy import memory_refusal, occupancy_refusal
 from roost.serve.vision import VisionProbeFailed, needs_probe
 from roost.settings import checkpoint_dir, roost_home
@@ -427,9 +428,10 @@ def server_version(base_url: str, key: SecretStr) -> str:
 
 
 def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: SecretStr,
-                    served_model_name: str | None = None) -> None:
+                    served_model_name: str | None = None, server: Server | None = None) -> None:
     """Benchmark the server into ``record.points`` and store one row per request; a sweep cut short
-    by a dead server keeps (and stores) every row it measured before failing the stage."""
+    by a dead server keeps (and stores) every row it measured before failing the stage, with what
+    stopped ``server`` (the one this run started, when given) as the failure class."""
     settings = bench_settings(record, prof, record.meta.vllm_args)
     with stage(record, "benchmark"):
         try:
@@ -438,9 +440,29 @@ def benchmark_stage(record: RunRecord, base_url: str, prof: ModelProfile, key: S
         except BenchFailed as exc:
             record.points = exc.result.points
             append_requests(record.meta, exc.result.request_rows())
+            if server is not None:
+                classify_exit(exc, server)
             raise
         record.points = bench.points
         append_requests(record.meta, bench.request_rows())
+
+
+EXIT_WAIT_S = 10.0
+"""How long a server that stopped answering mid-run is given to exit before it counts as still running."""
+
+
+def classify_exit(exc: RoostError, server: Server, wait_s: float = EXIT_WAIT_S) -> None:
+    """A measurement cut short by ``server`` exiting fails with what stopped it (``server_died``: the
+    signal, or the log's error line; ``out_of_memory``: ``roost.serve.diagnose.diagnose_exit``), not
+    as a generic stage failure. A server still running after ``wait_s`` leaves ``exc`` as it is."""
+    deadline = time.monotonic() + wait_s
+    while server.is_running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if server.is_running():
+        return
+    death = diagnose_exit(server.exit_code(), server.diagnose())
+    exc.failure_class, exc.remediation = death.failure_class, f"{death.evidence}: {death.remediation}"
+    get_run_logger().error("the vLLM server exited mid-run: %s (%s)", death.evidence, death.failure_class)
 
 
 # --- 8b. accuracy evaluations -----------------------------------------------------------------------
@@ -624,6 +646,7 @@ def mtp_ab_stage(record: RunRecord, backend: Backend, loaded: ColdLoad, key: Sec
             except BenchFailed as exc:
                 ab.baseline_points = exc.result.points
                 ab.points = mtp.compare(record.points, ab.baseline_points)
+                classify_exit(exc, base.server)
                 raise
             ab.baseline_points = bench.points
             ab.points = mtp.compare(record.points, bench.points)
@@ -664,7 +687,7 @@ def report_stage(
                              results_url=url)
         record.report_path = str(report.markdown or "")
         store = current_store()
-        if isinstance(store, KeepLocalCopy) and store.deferred:  # measured, stored on the worker only
+        if isinstance(store, KeepLocalCopy) and store.failed:  # measured, stored on the worker only (or nowhere)
             get_run_logger().error("%s", store.message)
             mark_failed(record, "report", store.kept_failure())
         try:

@@ -53,6 +53,14 @@ unknown
     (``api_server.py: error: unrecognized arguments: --language-model-only``, before 0.18); the evidence is
     its first line that names the error.
 
+And one class for a server that had started and then exited while a run measured it (``diagnose_exit``):
+
+server_died
+    the server answered its health checks, then exited mid-benchmark: killed by a signal (a process's
+    negative exit status, a container's 128 + N; SIGKILL with nothing in the log is the kernel's OOM
+    killer or a ``kill -9``) or exited on an error its log names. An out-of-memory line or Docker's
+    OOMKilled flag makes it ``out_of_memory`` instead.
+
 ``diagnose`` returns None when neither the exit status nor the log shows a failure.
 """
 
@@ -60,6 +68,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal
 from collections.abc import Callable
 from typing import Literal
 
@@ -78,6 +87,7 @@ FailureClass = Literal[
     "compile_cache_corrupt",
     "health_timeout",
     "unknown",
+    "server_died",
 ]
 
 
@@ -94,6 +104,7 @@ RETRYABLE: dict[str, bool] = {
     "compile_cache_corrupt": True,
     "health_timeout": True,
     "unknown": False,
+    "server_died": False,
 }
 
 
@@ -155,7 +166,8 @@ _PORT = re.compile(
     r"(?:\[Errno 98\] Address already in use|Address already in use|address already in use|port is already allocated)"
 )
 # a file of vLLM's or inductor's compile cache named on an error line that says it is cut short
-_CACHE_PATH = re.compile(r"(/[^\s'\":,]*?/(?:torch_compile_cache|torchinductor_[\w.-]+)/[^\s'\":,]+)")
+# (starting where a path can start, so a line of "/a/a/a..." is read in linear time)
+_CACHE_PATH = re.compile(r"(?<![^\s'\":,=(\[])(/[^\s'\":,]*?/(?:torch_compile_cache|torchinductor_[\w.-]+)/[^\s'\":,]+)")
 _CACHE_BROKEN = re.compile(
     r"file too short|invalid ELF header|Ran out of input|EOFError|UnpicklingError|PytorchStreamReader failed|"
     r"unexpected end of (?:file|data)|truncated"
@@ -165,7 +177,7 @@ _INDUCTOR_BUCKET = re.compile(r"^(.*?/torchinductor_[\w.-]+/[^/]+)/[^/]+$")
 
 _FAILED = re.compile(
     r"(?:Traceback \(most recent call last\)|Engine core initialization failed|EngineCore failed to start|"
-    r"^\S*Error: |\bERROR\b[^\n]*(?:Error|failed|exception))",
+    r"^\S*Error: |^(?>[^\n]*?\bERROR\b)[^\n]*?(?:Error|failed|exception))",  # atomic: linear on long lines
     re.MULTILINE,
 )
 
@@ -294,7 +306,8 @@ def compile_cache_entry(path: str) -> str | None:
 def _compile_cache(text: str, exit_code: int | None) -> Diagnosis | None:
     found: list[tuple[str, str]] = []  # (line, entry to remove)
     for line in text.splitlines():
-        path = _CACHE_PATH.search(line) if _CACHE_BROKEN.search(line) else None
+        cached = "torch_compile_cache" in line or "torchinductor_" in line
+        path = _CACHE_PATH.search(line) if cached and _CACHE_BROKEN.search(line) else None
         entry = compile_cache_entry(path.group(1)) if path is not None else None
         if entry is not None:
             found.append((line, entry))
@@ -382,6 +395,36 @@ def diagnose(
             exit_code,
         )
     return None
+
+
+def diagnose_exit(exit_code: int | None, found: Diagnosis | None = None) -> Diagnosis:
+    """Why a server that had answered its health checks exited while a run measured it, from its exit
+    status and ``found`` (what :func:`diagnose` read in its log, Docker's OOMKilled flag included):
+    ``out_of_memory`` when that says so, else ``server_died`` naming the signal that killed it (a
+    process's negative status, a container's 128 + N) or the error line its log ends on."""
+    if found is not None and found.failure_class == "out_of_memory":
+        return found
+    number = -exit_code if exit_code is not None and exit_code < 0 else (
+        exit_code - 128 if exit_code is not None and 128 < exit_code < 160 else None)
+    name = _signal_name(number) if number is not None else None
+    if name == "SIGKILL":
+        return _make("server_died", "vLLM was killed (SIGKILL) mid-run with nothing in its log: the kernel's OOM "
+                     "killer (see `dmesg`) or a `kill -9`; free the host's memory and land again.",
+                     f"killed by SIGKILL (exit status {exit_code})", exit_code)
+    if name is not None:
+        return _make("server_died", f"something outside vLLM stopped it mid-run ({name}: a reboot, `docker stop`, "
+                     "another run's --replace); land again once the host is yours.",
+                     f"stopped by {name} (exit status {exit_code})", exit_code)
+    evidence = found.evidence if found is not None and found.evidence else f"exited with status {exit_code}"
+    return _make("server_died", "vLLM exited mid-run: read its log's first error line (the evidence) and land again.",
+                 evidence, exit_code)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _last_nonempty_line(text: str) -> str:

@@ -13,7 +13,8 @@ judges what the backend found besides them, before minutes are spent on a cold l
 - :func:`memory_refusal`: the host's available memory (``MemAvailable``: unified memory on the
   Spark, so what the GPU can still allocate) against the plan's weights + KV pool + headroom.
 
-The restart policy of the server itself: :func:`restart_policy_for`.
+The restart policy of the server itself: :func:`restart_policy_for`. Whether the Prefect server lost
+the lease of a host's serving slot or let it expire (who gives the slot back): :func:`lease_forgotten`.
 """
 
 from __future__ import annotations
@@ -160,3 +161,15 @@ def mem_available_bytes(meminfo: str) -> int | None:
             unit = parts[1].lower() if len(parts) > 1 else "b"
             return value * 1024 if unit == "kb" else value
     return None
+
+
+def lease_forgotten(renewed_at: float, refused_at: float, lease_s: float) -> bool:
+    """Did the Prefect server forget a held slot's lease rather than let it expire?
+
+    It refused to renew the lease at ``refused_at`` although the last renewal it granted, asked for at
+    ``renewed_at`` (the same monotonic clock), was for ``lease_s`` seconds that had not run out: the
+    lease is not expired but gone, as after a restart of a server that keeps leases in memory (Prefect's
+    default). An expired lease is revoked by the server, which gives its slot back; a forgotten one
+    leaves the slot counted until the run holding it gives it back itself.
+    """
+    return refused_at < renewed_at + lease_s

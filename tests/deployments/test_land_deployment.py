@@ -7,7 +7,8 @@ asserted comes back through the API (states, logs, artifacts) or from roost's ow
 1. The worker running ``land/cpu`` is killed (with the flow-run process; vLLM, in its own
    session, survives like it would when a worker crashes): the run is marked Crashed (heartbeats
    stop; the automation ``roost setup`` created fires), the orphan vLLM keeps running, and the
-   server sends the crash alert to Slack (a local receiver): deployment, host, the stage it died in.
+   server sends the crash alert to Slack (a local receiver): deployment, host, the stage it died in;
+   the host's serving slot, which nobody released, frees itself when its lease runs out.
 2. The crashed run is retried (what the UI's Retry does) on a new worker: the serve stage stops
    the orphan first, the run completes, its artifacts are there, and the server is kept serving.
 3. ``rebenchmark/cpu`` benchmarks that kept server without starting another one.
@@ -44,6 +45,7 @@ from roost.profiles import LOCAL
 from roost.serve.base import ServerInfo
 from roost.serve.process import _group_alive, process_servers, reap_stale_servers
 from roost.store import load_records
+from tasks.host_slot import LEASE_S, host_limit_name
 
 pytestmark = pytest.mark.slow
 
@@ -122,18 +124,35 @@ def crashed_then_retried(quick_profile: str, start_worker: Callable[[str, str], 
     fr = _trigger("land/cpu", PARAMS)
     orphan = _wait_for_server(before)  # the serve stage has started vLLM
     killed = worker.kill_hard(spare_pgids={orphan.pid or -1})
+    slot_at_kill = _slot_count()  # the dead run's slot: still held, by a lease nobody renews
     # the retry's worker starts while the heartbeats are missed (30-60 s): idle until the run is retried
     start_worker("cpu", "worker-cpu-land-2")
     crashed = wait_final(fr.id, 300)
     orphan_alive_after_crash = orphan.pid is not None and _group_alive(orphan.pid)
     alert = crash_alerts.text_mentioning(str(fr.id))  # before the retry relabels the run
+    slot_freed = _wait_slot_free(LEASE_S + 60)  # its lease runs out: the server gives the slot back
 
     with get_client(sync_client=True) as client:
         result: Any = client.set_flow_run_state(fr.id, AwaitingRetry(message="retry after the worker died"))
     assert result.status.value == "ACCEPT", result
     done = wait_final(fr.id, 1500)
     return {"flow_run": done, "crashed": crashed, "orphan": orphan, "killed": killed,
-            "orphan_alive_after_crash": orphan_alive_after_crash, "alert": alert}
+            "orphan_alive_after_crash": orphan_alive_after_crash, "alert": alert,
+            "slot_at_kill": slot_at_kill, "slot_freed": slot_freed}
+
+
+def _slot_count() -> int:
+    with get_client(sync_client=True) as client:
+        return client.read_global_concurrency_limit_by_name(host_limit_name("cpu")).active_slots
+
+
+def _wait_slot_free(timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _slot_count() != 0:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    return True
 
 
 def test_killed_worker_marks_the_run_crashed(crashed_then_retried: dict[str, Any]) -> None:
@@ -142,6 +161,13 @@ def test_killed_worker_marks_the_run_crashed(crashed_then_retried: dict[str, Any
     assert "roost: no heartbeat from this run's worker; marked crashed" in (crashed.state.message or "")
     assert len(crashed_then_retried["killed"]) >= 2  # the worker and the flow-run process
     assert crashed_then_retried["orphan_alive_after_crash"]  # what a dead worker leaves behind
+
+
+def test_the_dead_runs_host_slot_frees_when_its_lease_runs_out(crashed_then_retried: dict[str, Any]) -> None:
+    """Nobody releases the slot of a run whose process was killed: it was still held right after the kill,
+    and is free again once its lease (``tasks.host_slot.LEASE_S``, no longer renewed) runs out."""
+    assert crashed_then_retried["slot_at_kill"] == 1
+    assert crashed_then_retried["slot_freed"]
 
 
 def test_crashed_run_is_alerted_on_slack(crashed_then_retried: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from roost.serve.diagnose import RETRYABLE, compile_cache_entry, diagnose
+from roost.serve.diagnose import RETRYABLE, compile_cache_entry, diagnose, diagnose_exit
 
 LOGS = Path(__file__).parent / "logs"
 
@@ -394,3 +394,23 @@ def test_the_entry_removed_is_the_hash_directory_or_inductor_bucket(path: str, e
 def test_a_truncated_file_outside_any_compile_cache_is_not_a_cache_fault() -> None:
     d = diagnose("OSError: /models/m/model-00001.safetensors: file too short", 1)
     assert d is not None and d.failure_class == "unknown" and d.compile_cache_entry is None
+
+
+def test_a_server_killed_mid_run_is_server_died_naming_the_signal() -> None:
+    """A process's negative status and a container's 128 + N name the signal; nothing in the log is needed."""
+    healthy = "INFO:     Application startup complete.\n"
+    for code in (-9, 137):
+        d = diagnose_exit(code, diagnose(healthy, code))
+        assert (d.failure_class, d.retryable, d.exit_code) == ("server_died", False, code)
+        assert d.evidence == f"killed by SIGKILL (exit status {code})" and "OOM killer" in d.remediation
+    d = diagnose_exit(-15, diagnose(healthy, -15))
+    assert d.evidence == "stopped by SIGTERM (exit status -15)" and "outside vLLM" in d.remediation
+
+
+def test_a_server_exiting_mid_run_on_an_error_or_out_of_memory() -> None:
+    log = "INFO:     Application startup complete.\nRuntimeError: engine core died unexpectedly\n"
+    d = diagnose_exit(1, diagnose(log, 1))
+    assert d.failure_class == "server_died" and d.evidence == "RuntimeError: engine core died unexpectedly"
+    oom = diagnose_exit(137, diagnose("INFO:     Application startup complete.\n", 137, oom_killed=True))
+    assert oom.failure_class == "out_of_memory" and oom.retryable
+    assert diagnose_exit(1).evidence == "exited with status 1"

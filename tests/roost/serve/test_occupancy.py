@@ -13,6 +13,7 @@ from roost.serve.occupancy import (
     Occupant,
     container_occupant,
     holds_gpus,
+    lease_forgotten,
     mem_available_bytes,
     memory_refusal,
     occupancy_refusal,
@@ -111,3 +112,11 @@ def test_mem_available_from_proc_meminfo() -> None:
 ])
 def test_restart_policy(keep_serving: bool, asked: str | None, expected: str) -> None:
     assert restart_policy_for(keep_serving, asked) == expected  # type: ignore[arg-type]
+
+
+def test_a_lease_refused_before_it_could_expire_was_forgotten() -> None:
+    """Renewed (asked) at t=100 for 60 s: refused at 159 it was forgotten (a restarted server's memory);
+    refused at 160 or later it may have expired and been given back by the server."""
+    assert lease_forgotten(100.0, 159.0, 60.0)
+    assert not lease_forgotten(100.0, 160.0, 60.0)
+    assert not lease_forgotten(100.0, 400.0, 60.0)

@@ -41,6 +41,7 @@ TABLE = [
     ("compile_cache_corrupt", CACHE, 3, False, ("stop", 0.0, None)),  # no attempt left
     ("compile_cache_corrupt", {}, 1, False, ("stop", 0.0, None)),  # the log named nothing roost may remove
     ("unknown", {}, 1, False, ("stop", 0.0, None)),
+    ("server_died", {}, 1, False, ("stop", 0.0, None)),  # diagnose_exit's, for a server that died mid-run
 ]
 
 

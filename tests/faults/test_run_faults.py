@@ -1,0 +1,303 @@
+"""Faults during landings, with the real parts: the ``land/cpu`` deployment run by a real worker
+(``prefect worker start``), vLLM CPU served by the process backend, and a Prefect server of this
+module's own (SQLite), because the scenario restarts it.
+
+One scenario (the module fixture ``scenario``), two landings of one profile on host ``cpu``:
+
+1. Both are triggered together. The run that gets the host's serving slot first (A) starts its
+   server; the other (B) waits in its host-slot stage and says so.
+2. While A's server loads, the Prefect server is stopped and started again on the same port and
+   database; it forgets every concurrency lease (Prefect keeps them in memory), A's too.
+3. Once A's benchmark has measured a request, A's vLLM API server is killed with SIGKILL: A fails at
+   its benchmark with ``server_died``, what it measured is in the results store, and its slot (the
+   lease forgotten) is given back by count, so B gets it and starts its server.
+4. B is cancelled while its server loads (what it proves is done; a second cold load and benchmark
+   would double the module's time): it stops its server, and the host's slot is free.
+
+All along, a sampler lists the session's vLLM API servers (``/proc``) and the slot's count.
+The worker killed mid-run is tested in ``tests/deployments/test_land_deployment.py`` (its crashed run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.deployments import run_deployment
+from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.states import Cancelling
+from support.processes import vllm_processes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deployments"))
+from roost_workers import BIN, POOL, REPO, Worker, run_setup, wait_final, worker_online
+
+from roost.net import free_port
+from roost.profiles import LOCAL
+from roost.serve.process import process_servers
+from roost.store import load_records
+from roost.vllm import prometheus
+from tasks.host_slot import host_limit_name, host_slot
+
+pytestmark = pytest.mark.slow
+
+HOST = "cpu"
+PROFILE = "fault-quick"  # the demo model, no evaluations, no compile warm-up
+# long enough (a minute or more) that the kill after its first measured request always lands mid-benchmark;
+# it is never run to its end, so its length costs nothing
+BENCH = {"prompt_lengths": [128, 256, 512, 1024], "output_tokens": 64, "concurrency": [1, 2], "repeats": 3,
+         "warmup": 1}
+RUN_TIMEOUT_S = 600  # guards against a hung run; nothing here is timed
+MEASURED = 3  # finished requests when the first measured one is done: the health-wait's, the warm-up's, it
+
+
+class PrefectServer:
+    """``prefect server start`` on loopback with its own ``PREFECT_HOME`` (so its own SQLite database),
+    which can be stopped and started again on the same port and database."""
+
+    def __init__(self, home: Path) -> None:
+        self.home, self.port = home, free_port()
+        self.url = f"http://127.0.0.1:{self.port}/api"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+        env |= {"PREFECT_HOME": str(self.home), "PREFECT_SERVER_API_HOST": "127.0.0.1",
+                "PREFECT_SERVER_API_PORT": str(self.port), "PREFECT_UI_ENABLED": "false"}
+        with (self.home / "server.log").open("ab") as log:
+            self.proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
+                                          "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            assert self.proc.poll() is None, f"prefect server exited: see {self.home / 'server.log'}"
+            time.sleep(0.3)
+        raise AssertionError("prefect server did not answer /health in 120 s")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def own_prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    """This module's Prefect server, with ``roost setup`` applied and the ``fault-quick`` profile saved;
+    this process and every worker it starts talk to it until the module ends."""
+    from blocks.profiles import ModelProfileBlock
+
+    server = PrefectServer(tmp_path_factory.mktemp("prefect-faults"))
+    server.start()
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = server.url
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: server.url}):
+            ModelProfileBlock.from_profile(LOCAL.model_copy(update={
+                "name": PROFILE, "bench": BENCH, "evals": [],
+                "vllm_overrides": [*LOCAL.vllm_overrides, "--enforce-eager"]})).save(PROFILE, overwrite=True)
+            run_setup()  # the land/cpu deployment (its form lists fault-quick), the host limits, the automations
+            yield server
+    finally:
+        if before is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = before
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def worker(own_prefect: PrefectServer, session_dir: Path) -> Iterator[Worker]:
+    """One process worker on the cpu queue: it runs both landings at once, each in its own process."""
+    log = session_dir / "worker-faults.log"
+    env = dict(os.environ, PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="5",
+               PREFECT_WORKER_HEARTBEAT_SECONDS="5")
+    proc = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--work-queue", HOST,
+                             "--name", "worker-faults", "--type", "process"],
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    w = Worker(name="worker-faults", queue=HOST, proc=proc, log=log)
+    try:
+        worker_online(w.name)
+        yield w
+    finally:
+        w.stop()
+
+
+@dataclass
+class Sample:
+    t: float
+    servers: list[int]  # pids of the session's live vLLM API servers
+    slot: int | None  # the host slot's count (None: the API did not answer)
+
+
+@dataclass
+class Sampler:
+    """Every 0.3 s: the vLLM API servers running under this session's ROOST_HOME, and the slot's count."""
+
+    samples: list[Sample] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, settings_url: str) -> None:
+        with temporary_settings(updates={PREFECT_API_URL: settings_url}):
+            while not self.done.is_set():
+                pids = _vllm_pids()
+                slot = None
+                with contextlib.suppress(Exception), get_client(sync_client=True) as client:
+                    slot = client.read_global_concurrency_limit_by_name(host_limit_name(HOST)).active_slots
+                self.samples.append(Sample(time.monotonic(), pids, slot))
+                self.done.wait(0.3)
+
+
+def _vllm_pids() -> list[int]:
+    """The vLLM API servers under this session's ROOST_HOME (as ``support.processes`` finds them), by pid."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                if "vllm.entrypoints" in cmd and os.environ["ROOST_HOME"] in cmd:
+                    out.append(int(proc.name))
+    return out
+
+
+def _logs(flow_run_id: Any) -> str:
+    """Every log line of the flow run so far (the server's own lines too: hundreds)."""
+    lines: list[str] = []
+    with get_client(sync_client=True) as client:
+        while page := client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200,
+                                       offset=len(lines)):
+            lines += [log.message for log in page]
+    return "\n".join(lines)
+
+
+def _wait(what: str, check: Any, timeout_s: float = RUN_TIMEOUT_S, every_s: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := check():
+            return found
+        time.sleep(every_s)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+def _new_server(exclude: set[int]) -> Any:
+    return next((s for s in process_servers(HOST) if s.pid not in exclude), None)
+
+
+def _finished_requests(base_url: str) -> float:
+    try:
+        text = httpx.get(f"{base_url}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return 0.0
+    return prometheus.totals(prometheus.parse_text(text)).get("vllm:request_success_total", 0.0)
+
+
+@pytest.fixture(scope="module")
+def scenario(own_prefect: PrefectServer, worker: Worker) -> dict[str, Any]:
+    sampler = Sampler()
+    watcher = threading.Thread(target=sampler.run, args=(own_prefect.url,), daemon=True)
+    watcher.start()
+    try:
+        runs = [run_deployment(f"land/{HOST}", parameters={"profile": PROFILE, "notify": False}, timeout=0)
+                for _ in range(2)]
+        first = _wait("a vLLM server of either landing", lambda: _new_server(set()))
+        a, b = _wait("the run that started it", lambda: next(  # the one whose log names its pid
+            ((r, o) for r, o in (runs, runs[::-1]) if f"vLLM starting (pid {first.pid})" in _logs(r.id)), None))
+        stopped_at = time.monotonic()  # A's server is loading: the Prefect server goes down and comes back
+        own_prefect.stop()
+        own_prefect.start()
+        up_at = time.monotonic()
+        _wait("A's first measured request", lambda: _finished_requests(first.base_url) >= MEASURED, every_s=0.1)
+        b_waiting = f"host {HOST} serves another run" in _logs(b.id)
+        os.kill(first.pid, signal.SIGKILL)
+        fa = wait_final(a.id, RUN_TIMEOUT_S)
+        second = _wait("B's vLLM server", lambda: _new_server({first.pid}))
+        with get_client(sync_client=True) as client:  # B has shown it could start: no second cold load is paid
+            client.set_flow_run_state(b.id, Cancelling(message="the fault test has seen what it needed"))
+        fb = wait_final(b.id, RUN_TIMEOUT_S)
+        left = {"servers": process_servers(HOST), "processes": vllm_processes()}
+        with host_slot(HOST, timeout_s=20) as after:  # the next landing on the host gets the slot at once
+            pass
+    finally:
+        sampler.done.set()
+        watcher.join(timeout=10)
+    return {"a": fa, "b": fb, "first": first, "second": second, "b_waiting": b_waiting,
+            "restart": (stopped_at, up_at), "samples": sampler.samples, "left": left, "after": after}
+
+
+def _stored(flow_run_id: Any) -> Any:
+    (rec,) = [r for r in load_records(model=LOCAL.repo_id, host=HOST) if r.meta.prefect_flow_run_id == str(flow_run_id)]
+    return rec
+
+
+def test_two_landings_on_one_host_never_serve_at_once(scenario: dict[str, Any]) -> None:
+    """Never two vLLM servers (nor two slot holders) at once: the second run waited, saying so, while the
+    first one served, and started its server only once the first one's was gone."""
+    samples: list[Sample] = scenario["samples"]
+    assert max(len(s.servers) for s in samples) == 1, [s for s in samples if len(s.servers) > 1][:3]
+    assert all(s.slot is None or s.slot <= 1 for s in samples)
+    first, second = scenario["first"].pid, scenario["second"].pid
+    first_seen = [s.t for s in samples if first in s.servers]
+    second_seen = [s.t for s in samples if second in s.servers]
+    assert first_seen and second_seen and max(first_seen) < min(second_seen)
+    assert scenario["b_waiting"]  # B's log said so while A served, before A's server was killed
+    assert f"host {HOST} is free: got its serving slot after waiting" in _logs(scenario["b"].id)
+
+
+def test_a_server_killed_mid_benchmark_keeps_what_was_measured_and_frees_the_host(scenario: dict[str, Any]) -> None:
+    """SIGKILL of A's vLLM: A fails (not crashes) at its benchmark, classified ``server_died``; the points and
+    requests it measured are in the results store; its slot is given back (B started its server next)."""
+    import pandas as pd
+
+    fa = scenario["a"]
+    assert fa.state.type.value == "FAILED", fa.state
+    assert "benchmark: server stopped answering" in (fa.state.message or ""), fa.state.message
+    rec = _stored(fa.id)
+    assert (rec.status, rec.failed_stage, rec.failure_class) == ("failed", "benchmark", "server_died"), rec
+    assert rec.remediation.startswith("killed by SIGKILL (exit status -9): vLLM was killed (SIGKILL) mid-run"), rec
+    assert rec.points and rec.points[0].kind == "prompt_length" and rec.points[0].prompt_tokens_target == 128
+    requests = pd.read_parquet(Path(os.environ["ROOST_RESULTS_DIR"]) / "requests")
+    mine = requests[(requests["run_id"] == rec.meta.run_id) & (requests["phase"] != "warmup")]
+    measured = mine[mine["error"].isna() | (mine["error"] == "")]
+    assert len(measured) >= 1 and (measured["completion_tokens"] == BENCH["output_tokens"]).all(), mine
+    assert len(mine) == sum(p.requests for p in rec.points)  # the cut request is stored too, as an error
+    assert {s.stage: s.status for s in rec.stages}["benchmark"] == "failed"
+    assert f"host {HOST} is free: got its serving slot" in _logs(scenario["b"].id)  # the next landing started
+
+
+def test_a_prefect_server_restart_mid_serve_loses_nothing_and_frees_the_slot(scenario: dict[str, Any]) -> None:
+    """The Prefect server restarted while A's server loaded: every stage across it completed, A ended with a
+    clear state (Failed, at the benchmark killed afterwards) and its results stored; its slot, whose lease
+    the restarted server had forgotten, came back (B got it), and no vLLM is left."""
+    stopped_at, up_at = scenario["restart"]
+    samples: list[Sample] = scenario["samples"]
+    first = scenario["first"].pid
+    assert any(first in s.servers for s in samples if s.t < stopped_at)  # A's server was loading ...
+    assert any(first in s.servers for s in samples if s.t > up_at)  # ... and still was after the restart
+    rec = _stored(scenario["a"].id)
+    status = {s.stage: s.status for s in rec.stages}
+    assert all(status[name] == "completed" for name in ("host-slot", "host-check", "serve", "health-wait")), status
+    assert rec.serve.start_to_healthy_s and rec.points  # measured after the restart, and stored
+    logs = _logs(scenario["a"].id)
+    assert f"the Prefect server no longer knows host {HOST}'s serving slot lease" in logs  # the fault did hit
+    assert f"gave host {HOST}'s serving slot back by count" in logs
+    assert scenario["after"].waited_s < 5  # free: not held by a lease nobody knows any more
+    assert scenario["left"] == {"servers": [], "processes": []}  # B, cancelled while loading, stopped its server
