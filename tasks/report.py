@@ -236,7 +236,7 @@ def build_report(
     except Exception as exc:
         log.error("could not store run %s: %s", meta.run_id, exc)
         outcome.errors.append(f"store: {exc}")
-    if isinstance(store, KeepLocalCopy) and store.message:
+    if isinstance(store, KeepLocalCopy) and store.message and f"store: {store.message}" not in outcome.errors:
         outcome.errors.append(f"store: {store.message}")
 
     try:
@@ -261,6 +261,9 @@ def build_report(
         sources, note = artifact_sources(files, outcome.urls)
         title, _, rest = render_markdown(doc, out_dir, images="path", sources=sources).partition("\n")
         outcome.artifact_markdown = f"{title}\n\n{note}\n{rest}"
+    except OSError as exc:  # a full or read-only disk: said in one line, not as a crash
+        log.error("could not write the report in %s: %s", out_dir, exc.strerror or exc)
+        outcome.errors.append(f"report: {exc}")
     except Exception as exc:
         log.exception("could not write the report")
         outcome.errors.append(f"report: {exc}")

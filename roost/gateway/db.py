@@ -10,6 +10,13 @@ Usage rows are written by :class:`UsageWriter`: requests hand their row over and
 whatever has queued in one transaction (group commit). A request that completed awaits its row's
 commit before its last bytes go out, so a completed request is never lost to a crash; a request
 that ended otherwise (client gone, backend cut) does not wait.
+
+A database that does not take the rows (locked by another program for longer than the busy timeout,
+unreachable) delays no answer beyond the app's ``commit_timeout_s``: the rows wait in memory and are
+retried with back-off, and are committed late once it takes writes again. A gateway stopped meanwhile
+writes the rows still waiting to a file (:attr:`GatewayDB.unwritten_dir`) and logs where; the next
+gateway started on that database commits them (each request once: a row already there is not added
+again) and removes the file.
 """
 
 from __future__ import annotations
@@ -18,19 +25,23 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
+import re
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from roost.errors import UserError
 from roost.gateway.keys import KeyKind, Principal, check_kind, check_name, digest, new_key
 from roost.settings import roost_home
+from roost.store.atomic import atomic_write_bytes
 
 log = logging.getLogger("roost.gateway")
 
@@ -74,7 +85,7 @@ usage_table = sa.Table(
 )
 
 SCHEMA_LOCK = 0x726F6F7374  # "roost": the advisory lock gateways creating the tables take on PostgreSQL
-USAGE_COLUMNS = [c.name for c in usage_table.columns if c.name != "id"]
+USAGE_COLUMNS = [str(c.name) for c in usage_table.columns if c.name != "id"]  # plain str (JSON keys)
 GroupBy = Literal["key", "kind", "model", "day", "user"]
 GROUPS: dict[str, list[str]] = {
     "key": ["key_name", "kind", "model"], "kind": ["kind"], "model": ["model"], "day": ["day"], "user": ["user", "model"],
@@ -148,6 +159,15 @@ class GatewayDB:
     async def close(self) -> None:
         await self.engine.dispose()
 
+    @property
+    def unwritten_dir(self) -> Path:
+        """Where usage rows a stopping gateway could not commit wait for the next one: beside a SQLite file,
+        else under roost's home (one folder per database, named by its URL without the password)."""
+        if self.sqlite_path and self.sqlite_path != ":memory:":
+            path = Path(self.sqlite_path)
+            return path.with_name(f"{path.name}.unwritten-usage")
+        return roost_home() / "gateway" / "unwritten-usage" / re.sub(r"[^A-Za-z0-9._-]", "_", self.display_url)
+
     # --- keys ---------------------------------------------------------------------------------
 
     async def add_key(self, name: str, kind: str, *, trusted: bool = False, note: str = "") -> str:
@@ -212,6 +232,26 @@ class GatewayDB:
         async with self.engine.begin() as conn:
             await conn.execute(sa.insert(usage_table), rows)
 
+    async def insert_usage_once(self, rows: list[dict[str, Any]]) -> int:
+        """Insert the rows whose request id is not stored yet (one transaction); how many were inserted.
+        Two gateways doing it at once insert each row once (SQLite: one writer, whose snapshot must be the
+        newest; PostgreSQL: an advisory lock for the transaction)."""
+        if not rows:
+            return 0
+        ts = [float(r["ts"]) for r in rows]
+        async with self.engine.begin() as conn:
+            if not self.sqlite:
+                await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": SCHEMA_LOCK + 1})
+            else:
+                await conn.execute(sa.text("DELETE FROM gateway_usage WHERE 0"))  # take the write lock first
+            found = await conn.execute(sa.select(usage_table.c.request_id).where(
+                usage_table.c.ts >= min(ts), usage_table.c.ts <= max(ts)))
+            stored = {r.request_id for r in found}
+            new = [r for r in rows if r["request_id"] not in stored]
+            if new:
+                await conn.execute(sa.insert(usage_table), new)
+        return len(new)
+
     async def usage(self, *, since: float | None = None, by: GroupBy = "key") -> list[dict[str, Any]]:
         """Requests and tokens per group since ``since`` (Unix seconds), largest token count first."""
         cols = [usage_table.c[name] for name in GROUPS[by]]
@@ -241,6 +281,10 @@ class GatewayDB:
 
 SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=FULL", "busy_timeout=10000")
 """Every SQLite connection of the gateway (SQLAlchemy's and the usage writer's): WAL, a durable commit, a busy wait."""
+
+WRITER_BUSY_S = 1.0
+"""The usage writer's own busy wait: it retries with back-off itself, so one attempt never holds its thread
+(and a stopping gateway) long behind a lock another program keeps."""
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -274,6 +318,9 @@ class UsageWriter:
         self._task: asyncio.Task[None] | None = None
         self._on_error = on_error
         self.pending = 0
+        self.failing = False
+        """Whether the last commit attempt failed (the rows wait in memory)."""
+        self._inflight: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         cols = ", ".join(f'"{c}"' for c in USAGE_COLUMNS)
@@ -291,19 +338,23 @@ class UsageWriter:
         return fut
 
     async def run(self) -> None:
+        await self._recover()
         while True:
             batch = [await self._queue.get()]
             while not self._queue.empty() and len(batch) < self.BATCH:
                 batch.append(self._queue.get_nowait())
+            self._inflight = batch
             await self._commit(batch)
+            self._inflight = []
 
     def _sqlite_insert(self, rows: list[tuple[Any, ...]]) -> None:
         """On the writer thread: one transaction for the batch."""
         if self._conn is None:
             assert self.db.sqlite_path is not None
-            self._conn = sqlite3.connect(self.db.sqlite_path, timeout=10.0, isolation_level=None)
-            for pragma in SQLITE_PRAGMAS:
-                self._conn.execute(f"PRAGMA {pragma}")
+            conn = sqlite3.connect(self.db.sqlite_path, timeout=WRITER_BUSY_S, isolation_level=None)
+            for pragma in (*SQLITE_PRAGMAS, f"busy_timeout={int(WRITER_BUSY_S * 1000)}"):
+                conn.execute(f"PRAGMA {pragma}")
+            self._conn = conn  # only once every pragma is in force
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -325,32 +376,96 @@ class UsageWriter:
                     await self.db.insert_usage([row for row, _ in batch])
                 break
             except (OSError, SQLAlchemyError, sqlite3.Error) as exc:
+                self.failing = True
                 if self._on_error is not None:
                     self._on_error()
                 log.error("usage: could not write %d row(s) to %s (%s); retrying in %.1f s",
                           len(batch), self.db.display_url, _reason(exc), delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+        if self.failing:
+            log.info("usage: wrote %d row(s) to %s after it refused them", len(batch), self.db.display_url)
+        self.failing = False
         self.pending -= len(batch)
         for _, fut in batch:
             if not fut.done():
                 fut.set_result(None)
 
-    async def close(self, timeout_s: float = 10.0) -> None:
-        """Commit what is queued (within ``timeout_s``), then stop."""
+    async def close(self, timeout_s: float = 10.0, failing_s: float = 2.0) -> None:
+        """Commit what is queued (within ``timeout_s``; ``failing_s`` while the database refuses it), then
+        stop; rows still not committed go to a file for the next gateway (:meth:`_spill`)."""
         if self._task is None:
             return
-        deadline = time.monotonic() + timeout_s
-        while self.pending and time.monotonic() < deadline and not self._task.done():
+        start = time.monotonic()
+        while self.pending and not self._task.done():
+            waited = time.monotonic() - start
+            if waited >= timeout_s or (self.failing and waited >= failing_s):
+                break
             await asyncio.sleep(0.02)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        left = [row for row, _ in self._inflight]
+        while not self._queue.empty():
+            left.append(self._queue.get_nowait()[0])
+        if left:  # the in-flight batch may still commit on the thread: the next gateway adds each row once
+            self._spill(left)
         if self._thread is not None:
             if self._conn is not None:
                 conn = self._conn
                 self._thread.submit(conn.close)
             self._thread.shutdown(wait=True)
+
+    def _spill(self, rows: list[dict[str, Any]]) -> None:
+        """Write ``rows`` (not committed) to a new file of :attr:`GatewayDB.unwritten_dir`, and say where."""
+        folder = self.db.unwritten_dir
+        path = folder / f"{time.time_ns()}-{os.getpid()}.jsonl"
+        try:
+            atomic_write_bytes(path, b"".join(orjson.dumps({c: r.get(c) for c in USAGE_COLUMNS}) + b"\n" for r in rows))
+        except OSError as exc:
+            log.error("usage: %d row(s) were not written to %s and cannot be kept in %s (%s): they are LOST",
+                      len(rows), self.db.display_url, folder, exc.strerror or exc)
+            return
+        log.error("usage: %d row(s) not written to %s before the gateway stopped; kept in %s: the next gateway "
+                  "started on this database writes them", len(rows), self.db.display_url, path)
+
+    async def _recover(self) -> None:
+        """Commit the rows an earlier gateway kept in :attr:`GatewayDB.unwritten_dir` (each request once), then
+        remove their file; retried with back-off while the database refuses them."""
+        folder = self.db.unwritten_dir
+        files = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+        for path in files:
+            try:
+                rows = [{c: r.get(c) for c in USAGE_COLUMNS}
+                        for r in map(orjson.loads, path.read_bytes().splitlines()) if isinstance(r, dict)]
+            except (OSError, orjson.JSONDecodeError) as exc:
+                log.error("usage: cannot read %s (%s); left in place", path, exc)
+                continue
+            delay = 0.05
+            while True:
+                try:
+                    added = await self.db.insert_usage_once(rows)
+                    break
+                except (IntegrityError, DataError, KeyError, TypeError, ValueError) as exc:
+                    added = -1  # rows edited by hand, or of another release: never retried, never dropped
+                    log.error("usage: the rows kept in %s do not fit the usage table (%s); left in place as %s",
+                              path, _reason(exc), path.with_suffix(".bad"))
+                    with contextlib.suppress(OSError):
+                        path.rename(path.with_suffix(".bad"))
+                    break
+                except (OSError, SQLAlchemyError) as exc:
+                    log.error("usage: could not write the %d row(s) kept in %s to %s (%s); retrying in %.1f s",
+                              len(rows), path, self.db.display_url, _reason(exc), delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+            if added < 0:
+                continue
+            path.unlink(missing_ok=True)
+            log.info("usage: wrote %d row(s) an earlier gateway kept in %s (%d were there already)", added, path,
+                     len(rows) - added)
+        with contextlib.suppress(OSError):
+            if files:
+                folder.rmdir()  # only when empty
 
 
 __all__ = ["GROUPS", "USAGE_COLUMNS", "GatewayDB", "GroupBy", "KeyKind", "UsageWriter",

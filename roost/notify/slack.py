@@ -5,9 +5,11 @@ message's thread, or ``WebhookClient.send`` for an incoming webhook. slack-sdk's
 cover a 429 (waiting ``Retry-After``), connection errors and a 500/503.
 
 A Slack problem never fails a run: :func:`deliver` returns a
-:class:`~roost.notify.NotifyResult` (sent / skipped / failed, with the reason). The token and the
-webhook URL never reach a log, a result or an exception message: slack-sdk gets a private logger
-that drops its debug/info lines (which carry the webhook URL) and redacts the rest.
+:class:`~roost.notify.NotifyResult` (sent / skipped / failed, with the reason). Each request is bounded
+by the notifier's ``timeout_s``; a request Slack took and did not answer in time is not retried (it may
+have been posted: a retry would post it twice), so a Slack that hangs costs one ``timeout_s`` per call.
+The token and the webhook URL never reach a log, a result or an exception message: slack-sdk gets a
+private logger that drops its debug/info lines (which carry the webhook URL) and redacts the rest.
 
 Where to send is a :class:`SlackTarget`: the ``SlackNotifier`` Prefect block
 (``blocks/slack.py``) is one, so this module needs no Prefect.
@@ -209,7 +211,10 @@ def deliver(
             _send_webhook(notifier, message, result, counter, secrets, log)
     except Exception as exc:
         result.status = "failed"
-        result.detail = redact(f"{type(exc).__name__}: {exc}", secrets)[:1000]
+        what = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, TimeoutError):  # connected, then no answer: not retried (Slack may have posted it)
+            what = f"no answer from Slack within {notifier.timeout_s} s ({what})"
+        result.detail = redact(what, secrets)[:1000]
     result.retries = counter.count
     if result.status == "sent":
         log.info("Slack: %s message sent via %s%s", kind, result.transport,

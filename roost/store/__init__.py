@@ -332,7 +332,7 @@ def load_table(
         keys = [o.key for pm, ph in catalog.partitions(store, table, m, h, stats)
                 for o in catalog.list_partition(store, table, pm, ph, stats=stats)]
         blobs = catalog.fetch_all(store, keys, stats)
-        arrow = catalog.conform_all(catalog.parse_tables(blobs, store, stats, catalog._slug_columns), full)
+        arrow = catalog.conform_all(catalog.parse_tables(blobs, store, stats, catalog._slug_columns, full), full)
     if arrow.num_rows == 0:
         return _empty_frame(full)
     df = arrow.to_pandas()
@@ -376,7 +376,7 @@ def load_eval_answers(run_id: str, task: str, root: StoreLike = None, model: str
         store = resolve(root)
         key = f"{partition_key('eval_answers', model, host)}{run_id}-{slug(task)}.parquet"
         full = EVAL_ANSWERS_SCHEMA.append(pa.field("model", pa.string())).append(pa.field("host", pa.string()))
-        tables = catalog.parse_tables(catalog.fetch_all(store, [key]), store, columns=catalog._slug_columns)
+        tables = catalog.parse_tables(catalog.fetch_all(store, [key]), store, columns=catalog._slug_columns, schema=full)
         if not tables:
             return _empty_frame(full)
         df = catalog.conform(tables[0], full).to_pandas()

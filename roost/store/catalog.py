@@ -25,7 +25,10 @@ catalogs (a reader takes the newest name; whatever either missed is after its wa
 ``_late``, so the reader finds it).
 
 Objects that are not readable Parquet (truncated by a tool that does not write atomically, or a
-stray file) are skipped with a warning and counted in :class:`ReadStats`; they never fail a read.
+stray file) or not rows of the table (no ``run_id``, a column of another type than the table's) are
+skipped with a warning naming them and counted in :class:`ReadStats`; they never fail a read. So is a
+catalog that cannot be read: the next older one is used, else every run object is listed (slower,
+never a run missed: a catalog only indexes the per-run objects, which stay).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from roost.inputs.text import shown
 from roost.records import RUN_ID_TIME
 from roost.store.atomic import AlreadyStored
 from roost.store.layout import CATALOG_PREFIX, LATE_PREFIX
@@ -107,9 +111,47 @@ def fetch_all(store: ObjectStore, keys: Sequence[str], stats: ReadStats | None =
     return out
 
 
+def _skip(store: ObjectStore, key: str, why: str, stats: ReadStats | None) -> None:
+    log.warning("results store: skipped %s: %s; a half-written or stray file, left in place",
+                shown(store.display(key), 300), why)
+    if stats is not None:
+        stats.skipped.append(key)
+
+
+REQUIRED = ("run_id", "started_at")
+"""Columns every row roost writes has (where the table has them): an object without them is not rows of it."""
+
+
+def fit(table: pa.Table, schema: pa.Schema) -> tuple[pa.Table | None, str]:
+    """``table`` narrowed to the columns it shares with ``schema``, each of the schema's type; or None and
+    why it cannot be rows of that table (a :data:`REQUIRED` column missing or null, a column that does not cast).
+    Objects fitted so concatenate whatever else a stray file holds."""
+    names = [n for n in table.column_names if n in schema.names]
+    required = [n for n in REQUIRED if n in schema.names]
+    missing = [n for n in required if n not in names]
+    if missing:
+        return None, f"not rows of the table (no {' or '.join(missing)} column)"
+    table = table.select(names)
+    for i, name in enumerate(names):
+        want = schema.field(name).type
+        col = table.column(i)
+        if col.type != want:
+            try:
+                col = col.cast(want)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                return None, f"column {shown(name, 60)} holds {shown(str(col.type), 60)}, not {want}"
+            table = table.set_column(i, name, col)
+    empty = [n for n in required if table[n].null_count]
+    if empty:
+        return None, f"not rows of the table (a row without {' or '.join(empty)})"
+    return table, ""
+
+
 def parse_tables(blobs: dict[str, bytes], store: ObjectStore, stats: ReadStats | None = None,
-                 columns: Callable[[str], dict[str, str]] | None = None) -> list[pa.Table]:
-    """Each object as an Arrow table (plus constant ``columns(key)``); unreadable ones skipped and warned."""
+                 columns: Callable[[str], dict[str, str]] | None = None,
+                 schema: pa.Schema | None = None) -> list[pa.Table]:
+    """Each object as an Arrow table (plus constant ``columns(key)``), fitted to ``schema`` when given
+    (:func:`fit`); unreadable and unfitting ones skipped and warned."""
     import pyarrow.parquet as pq
 
     tables = []
@@ -117,14 +159,17 @@ def parse_tables(blobs: dict[str, bytes], store: ObjectStore, stats: ReadStats |
         try:
             table = pq.read_table(pa.BufferReader(data))
         except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
-            log.warning("results store: skipped %s: not a readable Parquet object (%s); a half-written or stray "
-                        "file, left in place", store.display(key), " ".join(str(exc).split())[:120])
-            if stats is not None:
-                stats.skipped.append(key)
+            _skip(store, key, f"not a readable Parquet object ({shown(' '.join(str(exc).split()), 120)})", stats)
             continue
         for name, value in (columns(key) if columns else {}).items():
             table = table.drop_columns([name]) if name in table.column_names else table
             table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
+        if schema is not None:
+            fitted, why = fit(table, schema)
+            if fitted is None:
+                _skip(store, key, why, stats)
+                continue
+            table = fitted
         tables.append(table)
     return tables
 
@@ -181,6 +226,8 @@ class Catalog:
 
     key: str
     size: int
+    file: Any = field(default=None, repr=False, compare=False)
+    """Its ``pyarrow.parquet.ParquetFile``, opened (footer read) by :func:`newest_catalog`."""
 
     @property
     def newest_run(self) -> str:
@@ -190,7 +237,9 @@ class Catalog:
 
 
 def newest_catalog(store: ObjectStore, stats: ReadStats | None = None) -> Catalog | None:
-    """The newest catalog: the newest month's folder listed (two requests, however many catalogs there are)."""
+    """The newest catalog that opens: the newest month's folder listed (two requests, however many catalogs
+    there are) and its newest object's footer read; one that does not open (torn by a copy, a stray file)
+    is skipped with a warning for the next older one."""
     months = sorted((d for d in store.list_dirs(CATALOG_PREFIX) if d.isdigit()), reverse=True)
     if stats is not None:
         stats.requests += 1
@@ -198,9 +247,14 @@ def newest_catalog(store: ObjectStore, stats: ReadStats | None = None) -> Catalo
         found = [o for o in store.list_objects(f"{CATALOG_PREFIX}{month}/") if o.key.endswith(".parquet")]
         if stats is not None:
             stats.requests += 1
-        if found:
-            newest = max(found, key=lambda o: o.key)
-            return Catalog(newest.key, newest.size)
+        for newest in sorted(found, key=lambda o: o.key, reverse=True):
+            cat = Catalog(newest.key, newest.size)
+            try:
+                cat.file = _open_catalog(store, cat, stats)
+            except (pa.ArrowException, OSError, MissingObject) as exc:
+                _skip(store, cat.key, f"not a readable catalog ({shown(' '.join(str(exc).split()), 120)})", stats)
+                continue
+            return cat
     return None
 
 
@@ -351,10 +405,12 @@ def read_catalog(store: ObjectStore, cat: Catalog, model: str | None = None, hos
     """The catalog's rows of the partition (every row when unfiltered) and its watermark."""
     import pyarrow.compute as pc
 
-    pf = _open_catalog(store, cat, stats)
+    pf = cat.file if cat.file is not None else _open_catalog(store, cat, stats)
     watermark = (pf.metadata.metadata or {}).get(_WATERMARK, b"").decode()
     groups = _groups_for(pf.metadata, model, host)
     table = pf.read_row_groups(groups) if groups else pf.schema_arrow.empty_table()
+    if not {"run_id", "model", "host"} <= set(table.column_names):
+        raise pa.ArrowInvalid("not a runs catalog (no run_id, model or host column)")
     if model is not None:
         table = table.filter(pc.equal(table["model"], model))
     if host is not None:
@@ -393,26 +449,38 @@ def read_runs(store: ObjectStore, schema: pa.Schema, model: str | None = None, h
     """Every committed run of the partitions asked for (slugs), as one table with ``schema`` (the runs
     schema plus ``model`` and ``host``): the newest catalog's rows and what came after its watermark."""
     stats = stats if stats is not None else ReadStats()
-    cat = newest_catalog(store, stats)
-    tables: list[pa.Table] = []
-    known: set[str] = set()
-    watermark = ""
-    if cat is not None:
-        stats.catalog = cat.key
-        rows, watermark = read_catalog(store, cat, model, host, stats)
-        tables.append(rows.drop_columns([c for c in rows.column_names if c not in schema.names]))
-        known = set(rows["run_id"].to_pylist())
+    tables, known, watermark = _catalog_rows(store, schema, model, host, stats)
     fresh = _unknown([o for m, h in partitions(store, "runs", model, host, stats)
                       for o in list_partition(store, "runs", m, h, watermark or None, stats)]
                      + list_late(store, model, host, stats), known)
     blobs = fetch_all(store, fresh, stats)
-    tables += parse_tables(blobs, store, stats, _slug_columns)
+    tables += parse_tables(blobs, store, stats, _slug_columns, schema)
     if not tables:
         return schema.empty_table()
     table = conform_all(tables, schema)
     if len(fresh):  # a run both in the catalog and listed (before it was known), or listed twice: once
         table = _dedupe(table)
     return table
+
+
+def _catalog_rows(store: ObjectStore, schema: pa.Schema, model: str | None, host: str | None,
+                  stats: ReadStats) -> tuple[list[pa.Table], set[str], str]:
+    """The newest catalog's rows of the partitions asked for (fitted to ``schema``), the run ids they hold
+    and its watermark; none of them (every object is then listed) when it cannot be read whole."""
+    cat = newest_catalog(store, stats)
+    if cat is None:
+        return [], set(), ""
+    try:
+        rows, watermark = read_catalog(store, cat, model, host, stats)
+        fitted, why = fit(rows, schema)
+        if fitted is None:
+            raise pa.ArrowInvalid(why)
+    except (pa.ArrowException, OSError, MissingObject) as exc:
+        _skip(store, cat.key, f"not a readable catalog ({shown(' '.join(str(exc).split()), 120)}); every run "
+              "object is read instead", stats)
+        return [], set(), ""
+    stats.catalog = cat.key
+    return [fitted], set(fitted["run_id"].to_pylist()), watermark
 
 
 def _unknown(objects: Iterable[ObjectInfo], known: set[str]) -> list[str]:
@@ -440,7 +508,7 @@ def fresh_count(store: ObjectStore, model: str, host: str, cat: Catalog | None) 
 
 
 def read_watermark(store: ObjectStore, cat: Catalog) -> str:
-    pf = _open_catalog(store, cat, None)
+    pf = cat.file if cat.file is not None else _open_catalog(store, cat, None)
     return str((pf.metadata.metadata or {}).get(_WATERMARK, b"").decode())
 
 
@@ -449,18 +517,11 @@ def compact(store: ObjectStore, schema: pa.Schema) -> str | None:
 
     Each partition is listed after the previous catalog's watermark only, and ``runs/_late/`` whole."""
     stats = ReadStats()
-    cat = newest_catalog(store, stats)
-    tables: list[pa.Table] = []
-    known: set[str] = set()
-    watermark = ""
-    if cat is not None:
-        rows, watermark = read_catalog(store, cat, stats=stats)
-        tables.append(rows.drop_columns([c for c in rows.column_names if c not in schema.names]))
-        known = set(rows["run_id"].to_pylist())
+    tables, known, watermark = _catalog_rows(store, schema, None, None, stats)
     fresh = _unknown([o for m, h in partitions(store, "runs", stats=stats)
                       for o in list_partition(store, "runs", m, h, watermark or None, stats)]
                      + list_late(store, None, None, stats), known)
-    new = parse_tables(fetch_all(store, fresh, stats), store, stats, _slug_columns)
+    new = parse_tables(fetch_all(store, fresh, stats), store, stats, _slug_columns, schema)
     if not new:
         return None
     return write_catalog(store, conform_all([*tables, *new], schema))

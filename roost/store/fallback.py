@@ -6,7 +6,7 @@ unmounted or full: anything but "already stored"), that object and every later o
 written instead, under the same keys, to a directory on the worker (:func:`pending_dir`:
 ``$ROOST_HOME/pending-results/<store>/``), so a run is never half in the store with its record
 elsewhere. The run then fails at its report stage with the failure's class
-(``results_store_unreachable``, ``results_store_error``), saying where the copy is, and
+(``results_store_unreachable``, ``results_store_full``, ``results_store_error``), saying where the copy is, and
 :func:`push_pending` (``roost results push``; the next run on the worker does it first) uploads the
 copy: everything but the ``runs`` rows first and those last, so a run becomes visible only once its
 record and points are there, each object write-once (one already there is left as it is), each local
@@ -14,6 +14,10 @@ file removed only after the store took it. A pushed run that started long ago is
 ``runs/_late/`` (``roost.store.catalog.commit_late``), where every reader looks.
 
 A runs catalog (``runs/_catalog/``) is only an index: it goes to the store directly, never to the copy.
+
+When the local copy does not take an object either (one disk holds both, and it is full), the run is
+not stored: that object and every later one are refused (a commit never lands without its record), and
+the run fails saying so (:attr:`KeepLocalCopy.failed`, :attr:`KeepLocalCopy.message`).
 
 Reads go to the shared store; an unreachable store fails them (the report stage logs it and renders
 without history), except :meth:`KeepLocalCopy.exists`, which also looks at the local copy so that a run
@@ -38,6 +42,7 @@ from roost.store.objects import (
     ObjectInfo,
     ObjectStore,
     StoreError,
+    StoreFull,
     StoreUnreachable,
 )
 
@@ -69,11 +74,17 @@ class KeepLocalCopy(ObjectStore):
         self.deferred: list[str] = []
         self.cause = ""
         self.failure: StoreError | None = None
+        self.lost: list[str] = []
+        """Keys neither the store nor the local copy took (a full disk holding both): the run is not stored."""
+        self.lost_cause = ""
 
     def put_new(self, key: str, data: bytes) -> None:
         if key.startswith(CATALOG_PREFIX):  # an index readers can do without: never kept, never pushed
             self.target.put_new(key, data)
             return
+        if self.lost:  # an object of the run is nowhere: nothing after it (its commit) may land anywhere
+            self.lost.append(key)
+            raise self.kept_failure()
         if not self.deferred:
             try:
                 self.target.put_new(key, data)
@@ -83,11 +94,24 @@ class KeepLocalCopy(ObjectStore):
             except (StoreError, OSError) as exc:
                 self.failure = exc if isinstance(exc, StoreError) else StoreError(f"{type(exc).__name__}: {exc}")
                 self.cause = " ".join(str(self.failure).split())[:300]
-        with exclusive(_lock_path(self.pending.root)):
-            self.pending.put_new(key, data)
+        try:
+            with exclusive(_lock_path(self.pending.root)):
+                self.pending.put_new(key, data)
+        except AlreadyStored:
+            raise
+        except (StoreError, OSError) as exc:
+            self.lost.append(key)
+            self.lost_cause = " ".join(str(exc).split())[:300]
+            log.error("%s", self.message)
+            raise self.kept_failure() from None
         self.deferred.append(key)
         log.warning("results store %s did not take %s (%s): kept locally in %s", self.url, key, self.cause,
                     self.pending.url)
+
+    @property
+    def failed(self) -> bool:
+        """Whether a write of the run did not reach the store (kept locally, or lost): the run fails."""
+        return bool(self.deferred or self.lost)
 
     def get(self, key: str) -> bytes:
         return self.target.get(key)
@@ -117,16 +141,23 @@ class KeepLocalCopy(ObjectStore):
 
     @property
     def message(self) -> str:
-        """The sentence a failed run carries when something was kept locally ('' when nothing was)."""
-        if not self.deferred:
+        """The sentence a failed run carries when something was kept locally or lost ('' when neither)."""
+        if not self.failed:
             return ""
-        what = "unreachable" if isinstance(self.failure, StoreUnreachable) else "refused a write"
+        what = ("unreachable" if isinstance(self.failure, StoreUnreachable)
+                else "is full" if isinstance(self.failure, StoreFull) else "refused a write")
+        if self.lost:
+            kept = f"{len(self.deferred)} object(s) kept in {self.pending.url}, " if self.deferred else ""
+            return (f"results store {self.url} {what} ({self.cause}) and the local copy in {self.pending.url} "
+                    f"did not take {self.lost[0]} either ({self.lost_cause}): the run is NOT stored ({kept}"
+                    f"{len(self.lost)} object(s) written nowhere); free space and run it again")
         return (f"results store {self.url} {what} ({self.cause}); the run's results ({len(self.deferred)} "
                 f"object(s)) are kept in {self.pending.url}: `roost results push` uploads them")
 
     def kept_failure(self) -> StoreError:
-        """What the run fails with when something was kept locally: the first failure's class, this message."""
-        cls = type(self.failure) if isinstance(self.failure, StoreUnreachable) else StoreError
+        """What the run fails with when something was kept locally or lost: the first failure's class (a
+        store unreachable or full; else a refusal), this message."""
+        cls = type(self.failure) if isinstance(self.failure, (StoreUnreachable, StoreFull)) else StoreError
         return cls(self.message)
 
 

@@ -12,7 +12,8 @@ S3-compatible object store (``roost.store.s3``). Both keep the same promise:
 
 Keys are POSIX-style relative paths (``runs/model=x/host=y/<run_id>.parquet``). Failures are typed:
 ``MissingObject`` (no such key), ``StoreUnreachable`` (the store did not answer: the run keeps a local
-copy, ``roost.store.fallback``), ``StoreError`` (answered with a refusal: credentials, permissions).
+copy, ``roost.store.fallback``), ``StoreFull`` (a directory store's filesystem has no space left: the
+same), ``StoreError`` (answered with a refusal: credentials, permissions).
 Messages name the store by its URL, never by credentials.
 """
 
@@ -29,7 +30,7 @@ from roost.errors import RoostError
 from roost.store.atomic import AlreadyStored, atomic_write_bytes
 
 __all__ = ["AlreadyStored", "LocalStore", "MissingObject", "ObjectInfo", "ObjectStore", "StoreError",
-           "StoreUnreachable"]
+           "StoreFull", "StoreUnreachable"]
 
 
 class StoreError(RoostError):
@@ -49,6 +50,15 @@ class StoreUnreachable(StoreError):
                    "uploads them (the next run on this worker does it too)")
 
 
+class StoreFull(StoreError):
+    """The filesystem holding a directory store has no space (or quota) left for a write."""
+
+    exit_code = 1
+    failure_class = "results_store_full"
+    remediation = ("free space on the filesystem holding the results store; then `roost results push` uploads "
+                   "what was kept on the worker (the next run on this worker does it too)")
+
+
 class MissingObject(StoreError, FileNotFoundError):
     """No object under that key."""
 
@@ -57,6 +67,9 @@ class MissingObject(StoreError, FileNotFoundError):
 
 _UNREACHABLE_ERRNOS = {errno.ESTALE, errno.EIO, errno.ENOTCONN, errno.EHOSTDOWN, errno.EHOSTUNREACH, errno.ETIMEDOUT}
 """What a shared directory (NFS and the like) answers when its server is away."""
+
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+"""A full filesystem, or the user's quota on it used up."""
 
 
 class ObjectInfo(NamedTuple):
@@ -128,6 +141,10 @@ class LocalStore(ObjectStore):
         except AlreadyStored:
             raise
         except OSError as exc:  # a full disk, a read-only or unmounted share: one sentence, the class of it
+            # nothing of it is visible: the temporary is removed (atomic_write_bytes), the name never made
+            if exc.errno in _FULL_ERRNOS:
+                raise StoreFull(f"results store {self.url}: could not write {key}: no space left on the "
+                                f"filesystem holding it ({exc.strerror})") from None
             cls = StoreUnreachable if exc.errno in _UNREACHABLE_ERRNOS else StoreError
             raise cls(f"results store {self.url}: could not write {key}: {exc.strerror or exc}") from None
 

@@ -9,7 +9,9 @@ HTTP, the SDK's real encoding. It implements
     POST /api/files.completeUploadExternal  form body -> {"ok": true, "files": [...]}
     POST /services/<T>/<B>/<secret>         incoming webhook, JSON body -> "ok"
 
-and can be told to answer the next requests to an endpoint with a fault (429 with Retry-After, 500, ...).
+and can be told to answer the next requests to an endpoint with a fault (429 with Retry-After, 500, ...), or
+to hang: read the request and never answer it (``Fault(hang=True)``: the connection stays open, silent, until
+the receiver is closed), as a Slack that accepted a connection and stopped answering does.
 A bot token must match ``token`` or the API answers ``invalid_auth`` like Slack does.
 
 Messages (``chat.postMessage`` and the webhook) are held to Slack's Block Kit limits the way Slack
@@ -153,9 +155,11 @@ class Recorded:
 
 @dataclass
 class Fault:
-    status: int
+    status: int = 500
     headers: dict[str, str] = field(default_factory=dict)
     body: str = ""
+    hang: bool = False
+    """Read the request and answer nothing (``status`` unused) until the receiver closes."""
 
 
 class SlackReceiver:
@@ -169,6 +173,9 @@ class SlackReceiver:
         """Messages answered ``invalid_blocks``, with the reasons."""
         self._lock = threading.Lock()
         self._files = 0
+        self._closing = threading.Event()  # releases the requests a hang fault holds
+        self.hung = 0
+        """Requests a hang fault held (each answered nothing)."""
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -183,6 +190,12 @@ class SlackReceiver:
                     receiver.requests.append(rec)
                     queue = receiver._faults.get(rec.endpoint) or []
                     fault = queue.pop(0) if queue else None
+                if fault is not None and fault.hang:
+                    with receiver._lock:
+                        receiver.hung += 1
+                    receiver._closing.wait(120)  # silent: the client's timeout is what ends it
+                    self.close_connection = True
+                    return
                 if fault is not None:
                     self._reply(fault.status, fault.body or json.dumps({"ok": False, "error": "fault"}), fault.headers)
                     return
@@ -266,6 +279,7 @@ class SlackReceiver:
             self.rejected.append((rec, errors))
 
     def close(self) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
