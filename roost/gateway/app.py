@@ -276,7 +276,7 @@ class Gateway:
 
     def _update_backend_gauges(self) -> None:
         for b in self.router.backends.values():
-            self.metrics.backend_up.labels(b.url).set(1 if b.up else 0)
+            self.metrics.backend_up.labels(b.name).set(1 if b.up else 0)
         expected = self.router.direct_expected()
         for model in expected | self._direct_seen:
             self.metrics.direct_expected.labels(model).set(1 if model in expected else 0)
@@ -373,7 +373,7 @@ class _Proxy:
         stream = body.get("stream") is True and self.endpoint != "embeddings"
         usage = Usage(gw, principal, self.endpoint, model, user, stream)
         usage.t0 = t_received
-        usage.row["backend"] = backend.url
+        usage.row["backend"] = backend.name
         await _Forward(gw, self, backend, body, raw, usage, stream, receive, send).run()
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import httpx
 
 from roost.gateway import registry
-from roost.vllm.client import VllmClient, normalize_base_url
+from roost.vllm.client import VllmClient, display_url, normalize_base_url
 
 log = logging.getLogger("roost.gateway")
 
@@ -44,6 +44,7 @@ class Backend:
     def __init__(self, url: str, upstream_key: str | None, source: Literal["cli", "landing"], *,
                  connect_timeout_s: float, connections: int) -> None:
         self.url = normalize_base_url(url)
+        self.name = display_url(self.url)  # what logs, metrics and usage rows show: no userinfo password
         self.source = source
         self.client = VllmClient(self.url, api_key=upstream_key, connect_timeout_s=connect_timeout_s,
                                  http_connections=connections)
@@ -75,7 +76,7 @@ class Backend:
         self.up, self.status = False, why
 
     def describe(self) -> dict[str, Any]:
-        return {"url": self.url, "source": self.source, "up": self.up, "status": self.status, "models": self.model_ids}
+        return {"url": self.name, "source": self.source, "up": self.up, "status": self.status, "models": self.model_ids}
 
 
 class Router:
@@ -103,7 +104,7 @@ class Router:
         if norm not in self.backends:
             self.backends[norm] = Backend(norm, self.upstream_key, source, connect_timeout_s=self.connect_timeout_s,
                                           connections=self.connections)
-            log.info("backend %s added (%s)", norm, "command line" if source == "cli" else "registered by a landing")
+            log.info("backend %s added (%s)", display_url(norm), "command line" if source == "cli" else "registered by a landing")
         return self.backends[norm]
 
     async def _sync_registry(self) -> None:
@@ -179,5 +180,5 @@ class Router:
         if up:
             return min(up, key=lambda b: (b.in_flight, next(self._rr)))
         if listing:
-            raise BackendDown(model, listing[0].url)
+            raise BackendDown(model, listing[0].name)
         raise ModelNotFound(model, sorted({str(m["id"]) for m in self.models()}))
