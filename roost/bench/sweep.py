@@ -61,6 +61,7 @@ from roost.bench.settings import (
 from roost.bench.validity import describe_counts, unmeasurable
 from roost.errors import UserError
 from roost.headline import knee_of
+from roost.inputs.text import shown
 from roost.records import BenchPoint, utcnow
 from roost.vllm import prometheus
 from roost.vllm.client import VllmClient, display_url, normalize_base_url, run_sync
@@ -152,10 +153,13 @@ class _Run:
                 f"{where} has no /v1/models (HTTP {answer.status_code}): "
                 "pass the root URL of an OpenAI-compatible server (e.g. http://host:8000)"
             )
+        if answer.status_code == 200 and answer.problem:
+            raise UserError(f"{where} answered /v1/models with {answer.problem}: is it an OpenAI-compatible server? "
+                            "pass its root URL (e.g. http://host:8000)")
         if answer.models and self.client.model not in answer.ids:
             raise UserError(
-                f"model {self.client.model!r} is not served at {where}; "
-                f"it serves: {', '.join(answer.ids)} (pass one of them as --model)"
+                f"model {shown(self.client.model, 80)!r} is not served at {where}; "
+                f"it serves: {answer.listing()} (pass one of them as --model)"
             )
         served = answer.get(self.client.model)
         window = self.s.max_model_len or (served.max_model_len if served else None)
