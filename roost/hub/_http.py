@@ -443,16 +443,8 @@ class HubClient:
         timeout = self.timeout if self._answered else httpx.Timeout(
             min(FIRST_ANSWER_TIMEOUT_S, self.timeout.read or READ_TIMEOUT_S), connect=self.timeout.connect)
         with self._http.stream("GET", url, params=params, timeout=timeout) as r:
-            if r.status_code >= 400:
-                raise self._refuse(r)
-            body = bytearray()
-            try:
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if len(body) > answers.MAX_ANSWER_BYTES:
-                        raise self.bad_answer(call, f"more than {answers.MAX_ANSWER_BYTES:,} bytes")
-            finally:
-                self._count(r.num_bytes_downloaded)
+            body = self._read_bounded(r, answers.MAX_ANSWER_BYTES, lambda: self.bad_answer(
+                call, f"more than {answers.MAX_ANSWER_BYTES:,} bytes"))
         try:
             return answers.decode(bytes(body)), r
         except BadAnswer as exc:
@@ -558,19 +550,22 @@ class HubClient:
     def read_small(self, repo_id: str, commit: str, path: str, *, limit: int) -> bytes:
         """The whole of a small file at ``commit`` (a config, an index), refused beyond ``limit`` bytes."""
         with self._http.stream("GET", self.file_url(repo_id, commit, path)) as r:
-            if r.status_code >= 400:
-                raise self._refuse(r)
-            body = bytearray()
-            try:
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if len(body) > limit:
-                        raise UserError(
-                            f"hf://{repo_id}@{commit}/{path}: larger than {limit:,} bytes; not a metadata file "
-                            "roost can audit"
-                        )
-            finally:
-                self._count(r.num_bytes_downloaded)
+            return self._read_bounded(r, limit, lambda: UserError(
+                f"hf://{repo_id}@{commit}/{path}: larger than {limit:,} bytes; not a metadata file roost can audit"))
+
+    def _read_bounded(self, r: httpx.Response, limit: int, too_big: Callable[[], Exception]) -> bytes:
+        """The body of an open answer (an HTTP error refused first), ``too_big()`` raised past ``limit``
+        bytes; what was read is counted either way."""
+        if r.status_code >= 400:
+            raise self._refuse(r)
+        body = bytearray()
+        try:
+            for chunk in r.iter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    raise too_big()
+        finally:
+            self._count(r.num_bytes_downloaded)
         return bytes(body)
 
     def read_prefix(self, repo_id: str, commit: str, path: str, want: Callable[[bytes, int], int],

@@ -42,19 +42,27 @@ def open_error(path: Path | str, exc: OSError, remedy: str) -> UserError:
     return UserError(f"{where}: cannot read ({exc.strerror}); {remedy}")
 
 
+def _open_regular(path: Path | str, what: str, remedy: str) -> tuple[int, os.stat_result]:
+    """An open descriptor of ``path`` and its ``fstat``, when it is a regular file (closed otherwise).
+    ``O_NONBLOCK``: opening a FIFO returns at once instead of waiting for a writer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise open_error(path, exc, remedy) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UserError(f"{shown(str(path))} is {kind_of(st.st_mode)}, not a regular file: {what} must be a file; {remedy}")
+    return fd, st
+
+
 def read_regular(path: Path | str, *, limit: int, what: str, remedy: str = "pass a regular file") -> bytes:
     """The bytes of ``path``, a regular file of at most ``limit`` bytes (a UserError otherwise).
 
     ``what`` names the file's role in messages (``the server log``, ``config.json``).
     """
+    fd, st = _open_regular(path, what, remedy)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise open_error(path, exc, remedy) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{shown(str(path))} is {kind_of(st.st_mode)}, not a regular file: {what} must be a file; {remedy}")
         if st.st_size > limit:
             raise UserError(f"{shown(str(path))}: {st.st_size:,} bytes, more than {limit:,} for {what}; {remedy}")
         chunks, left = [], limit + 1
@@ -89,14 +97,8 @@ def check_regular(path: Path | str, *, what: str, remedy: str = "pass a regular 
 def read_tail(path: Path | str, *, limit: int, what: str, remedy: str = "pass a regular file") -> bytes:
     """The last ``limit`` bytes of the regular file ``path`` (all of it when smaller): for a log,
     whose end says why a process stopped. A FIFO, a device or a directory is a UserError."""
+    fd, st = _open_regular(path, what, remedy)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise open_error(path, exc, remedy) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{shown(str(path))} is {kind_of(st.st_mode)}, not a regular file: {what} must be a file; {remedy}")
         start = max(0, st.st_size - limit)
         try:
             data = os.pread(fd, limit, start)

@@ -39,7 +39,7 @@ from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Cancelling
-from support.processes import vllm_processes
+from support.processes import stop_group, vllm_processes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deployments"))
 from roost_workers import BIN, POOL, REPO, Worker, run_setup, wait_final, worker_online
@@ -90,14 +90,8 @@ class PrefectServer:
         raise AssertionError("prefect server did not answer /health in 120 s")
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        if self.proc is not None:
+            stop_group(self.proc, 30)
 
 
 @pytest.fixture(scope="module")

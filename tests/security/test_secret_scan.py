@@ -62,6 +62,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from support.gateway import GatewayProcess, wait_rows
+from support.hostile_servers import QuietHandler
 from support.secret_scan import CmdlineSampler, SecretScan, forms, without_secret_fields
 
 ROOST = str(Path(sys.executable).parent / "roost")
@@ -105,18 +106,9 @@ class EchoHeaders:
         self.requests = 0
         owner = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+            _send = QuietHandler.send_body
 
             def _answer(self) -> None:
                 owner.requests += 1

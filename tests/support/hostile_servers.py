@@ -39,6 +39,20 @@ MODELS: dict[str, bytes] = {
 }
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that logs nothing and answers a whole body in one call (:meth:`send_body`)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def send_body(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 class _Quiet(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -88,18 +102,11 @@ def _chat(mode: str, headers: dict[str, str], send: Callable[[int, str, bytes], 
 
 
 def _handler(owner: HostileOpenAI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
         def _send(self, status: int, ctype: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(status, body, ctype)
 
         def _stream(self, chunks: list[bytes]) -> None:
             self.send_response(200)

@@ -93,6 +93,21 @@ def write_shard_file(dest: Path, body: bytes) -> Path:
     return dest
 
 
+def send_first_bytes(handler: BaseHTTPRequestHandler, body: bytes, n: int) -> bool:
+    """Answer 200 with ``body``'s full Content-Length but send only its first ``n`` bytes; False when
+    the client hung up."""
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.send_header("Content-Type", "application/octet-stream")
+    handler.end_headers()
+    try:
+        handler.wfile.write(body[:n])
+        handler.wfile.flush()
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    return True
+
+
 class _OneFileFake(HubProxy, abc.ABC):
     """A proxy that answers ``GET /<repo>/resolve/<rev>/<path>`` for one file ``path`` itself (``answer``);
     every other request goes to the mirror."""
@@ -145,15 +160,7 @@ class CutHeaderHub(_OneFileFake):
 
     def answer(self, handler: BaseHTTPRequestHandler) -> None:
         self.record("GET", handler.path, 200)
-        handler.send_response(200)
-        handler.send_header("Content-Length", str(len(self.body)))
-        handler.send_header("Content-Type", "application/octet-stream")
-        handler.end_headers()
-        try:
-            handler.wfile.write(self.body[: self.cut])
-            handler.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        send_first_bytes(handler, self.body, self.cut)
         handler.close_connection = True
 
 
@@ -245,14 +252,7 @@ class StallHub(_OneFileFake):
 
     def answer(self, handler: BaseHTTPRequestHandler) -> None:
         self.record("GET", handler.path, 200)
-        handler.send_response(200)
-        handler.send_header("Content-Length", str(len(self.body)))
-        handler.send_header("Content-Type", "application/octet-stream")
-        handler.end_headers()
-        try:
-            handler.wfile.write(self.body[: self.after])
-            handler.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
+        if not send_first_bytes(handler, self.body, self.after):
             return
         self.release.wait(60)
         handler.close_connection = True

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def vllm_processes() -> list[str]:
@@ -18,3 +21,16 @@ def vllm_processes() -> list[str]:
             if "vllm.entrypoints" in cmd and os.environ["ROOST_HOME"] in cmd:
                 out.append(cmd)
     return out
+
+
+def stop_group(proc: subprocess.Popen[Any], grace_s: float = 20.0) -> None:
+    """Stop a process started in a session of its own (``start_new_session``) with its children:
+    SIGTERM to the group, SIGKILL after ``grace_s``."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)

@@ -8,7 +8,6 @@ results store uses. It runs as its own process (its request log in a file), so a
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pydantic import SecretStr
 
 from roost.net import free_port
 from roost.store.location import StoreCredentials
+from support.processes import stop_group
 
 ACCESS_KEY = "roost-test-access"
 SECRET_KEY = "roost-test-secret-" + "s3" * 8
@@ -55,13 +55,8 @@ class MotoS3:
         raise RuntimeError(f"moto's server did not answer within {timeout_s} s")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            stop_group(self.proc, 20)
         self.proc = None
 
     def restart(self) -> None:

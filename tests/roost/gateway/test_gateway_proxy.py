@@ -289,16 +289,10 @@ class _EchoHeaders:
         import http.server
         import threading
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+        from support.hostile_servers import QuietHandler
 
-            def _send(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        class Handler(QuietHandler):
+            _send = QuietHandler.send_body
 
             def do_GET(self) -> None:
                 self._send(200, json.dumps({"object": "list", "data": [{"id": "echo", "object": "model"}]}).encode())
