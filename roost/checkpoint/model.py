@@ -239,7 +239,7 @@ def _checked_index(where: str, wm: dict[str, str]) -> tuple[dict[str, str], list
     shards = set(wm.values())
     for shard in shards:
         p = PurePosixPath(shard)
-        if p.is_absolute() or ".." in p.parts or "\\" in shard or not shard:
+        if p.is_absolute() or ".." in p.parts or "\\" in shard or not p.parts:  # "", ".": the directory itself
             raise UserError(
                 f"{shown(where)}: weight_map names shard {shown(repr(shard))}, a path outside the checkpoint "
                 "directory; refusing to read it — the index is corrupt or hostile"

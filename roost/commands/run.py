@@ -10,7 +10,7 @@ import typer
 
 from roost import catalogue as C
 from roost.commands._common import echo_json, fail, user_errors
-from roost.errors import UserError
+from roost.errors import CheckFailed, UserError
 from roost.headline import headline_rows
 from roost.hosts import HostProfile, get_host
 from roost.inputs.text import shown
@@ -93,7 +93,7 @@ def run(
     if port is not None:
         require_free_port(port)
     if overrides:
-        refuse_early(prof, host, overrides)
+        refuse_early(prof, host, overrides, revision)
 
     # Without PREFECT_API_URL Prefect starts a temporary local server on the default SQLite database;
     # on a busy 2-core machine it needs longer than Prefect's default 20 s to come up.
@@ -112,9 +112,9 @@ def run(
     typer.echo(_summary(record))
 
 
-def refuse_early(prof: ModelProfile, host: str | None, overrides: list[str]) -> None:
+def refuse_early(prof: ModelProfile, host: str | None, overrides: list[str], revision: str | None = None) -> None:
     """Plan the checkpoint with the run's ``--vllm-arg`` overrides before Prefect starts, and refuse
-    (exit 2, naming them) what vLLM would refuse: a pool that cannot hold one request, a window beyond
+    (exit 1, as ``roost plan`` does, naming them) what vLLM would refuse: a pool that cannot hold one request, a window beyond
     the model's. The embedded demo's checkpoint is generated to plan from (half a second); another
     profile's is read from its Hub (config and headers; cached per commit). When the Hub cannot be read
     now the flow's preflight stage decides, with its retries."""
@@ -130,8 +130,8 @@ def refuse_early(prof: ModelProfile, host: str | None, overrides: list[str]) -> 
         from roost.serve.process import CPU_ENV_DEFAULTS
 
         env = {**CPU_ENV_DEFAULTS, **os.environ}
-    try:
-        with tempfile.TemporaryDirectory(prefix="roost-plan-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="roost-plan-") as tmp:
+        try:
             if prof.demo:
                 from roost.demo.model import generate_tiny_model
 
@@ -139,16 +139,16 @@ def refuse_early(prof: ModelProfile, host: str | None, overrides: list[str]) -> 
             else:
                 from roost.hub.preflight import HubRef, preflight
 
-                pf = preflight(HubRef(repo_id=prof.repo_id, revision=prof.revision), token=os.environ.get("HF_TOKEN"),
-                               allow_patterns=list(prof.allow_patterns), ignore_patterns=list(prof.ignore_patterns))
+                pf = preflight(HubRef(repo_id=prof.repo_id, revision=revision or prof.revision),
+                               token=os.environ.get("HF_TOKEN"), allow_patterns=list(prof.allow_patterns),
+                               ignore_patterns=list(prof.ignore_patterns))
                 audit = audit_for_host(pf.files, host_p).from_hub(pf.repo_id, pf.commit, pf.bytes_fetched)
-            refusal = plan_checkpoint(audit, host_p, prof.plan_inputs(overrides), env=env).refusal()
-    except UserError:
-        raise
-    except (RoostError, OSError):  # the Hub unreachable or slow now: the flow's preflight retries and reports
-        return
-    if refusal is not None:
-        raise UserError(f"--vllm-arg {' '.join(overrides)}: vLLM would not start {prof.name} with it: {refusal[1]}")
+        except (RoostError, OSError):  # the Hub unreadable now (or a token only the Secret block holds):
+            return                     # the flow's preflight stage retries, and reports what it finds
+        refusal = plan_checkpoint(audit, host_p, prof.plan_inputs(overrides), env=env).refusal()
+    if refusal is not None:  # usable input a check refused: exit 1, as `roost plan` and --dry-run say it
+        raise CheckFailed(f"--vllm-arg {shown(' '.join(overrides), 200)}: vLLM would not start {prof.name} with it: "
+                          f"{refusal[1]}")
 
 
 def with_roost_logger(extra_loggers: str) -> str:

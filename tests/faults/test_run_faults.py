@@ -162,14 +162,19 @@ class Sampler:
 
 
 def _vllm_pids() -> list[int]:
-    """The vLLM API servers under this session's ROOST_HOME (as ``support.processes`` finds them), by pid."""
+    """The vLLM API servers under this session's ROOST_HOME (as ``support.processes`` finds them), by pid.
+
+    Only a process group's leader counts: roost starts each server in a session of its own, and the
+    engine core vLLM forks carries its parent's command line until it renames itself ("VLLM::EngineCore")
+    a moment later; one server is not two."""
     out = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             with contextlib.suppress(OSError):
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                if "vllm.entrypoints" in cmd and os.environ["ROOST_HOME"] in cmd:
-                    out.append(int(proc.name))
+                pid = int(proc.name)
+                if "vllm.entrypoints" in cmd and os.environ["ROOST_HOME"] in cmd and os.getpgid(pid) == pid:
+                    out.append(pid)
     return out
 
 

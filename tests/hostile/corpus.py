@@ -377,8 +377,9 @@ case("eval-log-fifo", *EVAL, "--log", "{fifo}")
 case("eval-log-garbage", *EVAL, "--log", "{bad_jsonl}")
 
 # run: refused before Prefect or anything else starts (the bound is far below a temporary server's start)
-for _i, _arg in enumerate(["--kv-cache-memory-bytes=1", "--kv-cache-memory-bytes=abc", "--max-model-len=0",
-                           "--max_model_len=0", "--max-model-len=99999999", "--max-num-seqs=-1",
+case("run-vllm-arg-pool-one-byte", "run", "--vllm-arg=--kv-cache-memory-bytes=1", code=1, timeout_s=15)
+for _i, _arg in enumerate(["--kv-cache-memory-bytes=abc", "--max-model-len=0", "--max_model_len=0",
+                           "--max-model-len=99999999", "--max-num-seqs=-1",
                            f"--api-key={PLANTED_KEY}", f"--api_key={PLANTED_KEY}", f"--api-ke={PLANTED_KEY}",
                            f"--api-key {PLANTED_KEY}", f"--hf_token={PLANTED_HF}", f"--hf-tok={PLANTED_HF}"]):
     case(f"run-vllm-arg-{_i:02d}", "run", f"--vllm-arg={_arg}", timeout_s=15)

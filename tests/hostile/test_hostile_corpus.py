@@ -1,6 +1,6 @@
 """The hostile-input corpus (tests/hostile/corpus.py), every case a ``roost`` process of its own.
 
-The cases run three at a time (most of them wait on nothing but roost's start) once per session;
+The cases run two at a time (most of them wait on nothing but roost's start) once per session;
 each test then judges one case: its exit code, one stderr line for exit 2, no traceback and no
 "internal error", no planted secret in its output, done within its time bound and its memory bound.
 """
@@ -60,7 +60,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Out
             argv = [a.format_map(ws) for a in c.argv]
             return c.id, run_roost(argv, env=_env(root, ws, c.env), cwd=root, timeout_s=c.timeout_s)
 
-        with ThreadPoolExecutor(max_workers=3) as pool:
+        with ThreadPoolExecutor(max_workers=2) as pool:  # one per core: the other xdist worker keeps its share
             results = dict(pool.map(one, CASES))
         yield results
     (Path(ws["readonly_dir"])).chmod(0o755)
