@@ -44,7 +44,7 @@ def _env(root: Path, ws: dict[str, str], extra: dict[str, str]) -> dict[str, str
     return env
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome]]:
     root = tmp_path_factory.mktemp("hostile")
     ws = build_workspace(root / "ws")

@@ -57,6 +57,8 @@ def _reference(raw: bytes) -> dict[str, str] | None:
         parts = shard.split("/")
         if ".." in parts or re.search(r"[\x00-\x1f\x7f]", shard):
             return None
+        if all(p in ("", ".") for p in parts):  # ".", "./": the checkpoint directory itself, not a file in it
+            return None
         if len(shard.encode()) > 4096 or any(len(p.encode()) > 255 for p in parts):
             return None
     return wm

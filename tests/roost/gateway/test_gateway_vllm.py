@@ -33,6 +33,7 @@ def test_openai_client_usage_equals_vllms_per_key(vllm_gateway: GatewayProcess, 
 
     gw = vllm_gateway
     keys = {"ana": add_key(gw.db_url, "ana", "user"), "ci-bot": add_key(gw.db_url, "ci-bot", "app")}
+    before = len(usage_rows(gw.db_url))
     reported: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for name, key in keys.items():
         client = OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0)
@@ -65,7 +66,9 @@ def test_openai_client_usage_equals_vllms_per_key(vllm_gateway: GatewayProcess, 
                 assert chunk.usage is None  # and does not send what was not asked for
                 streamed += bool(chunk.choices and chunk.choices[0].text)
             assert streamed > 0
-    rows = usage_rows(gw.db_url)
+    # the client stops reading a stream at its [DONE] event, which the gateway sends before it commits the
+    # row and ends the response: the last streamed request's row may land a moment after the client is done
+    rows = wait_rows(gw.db_url, before + 16)
     stored: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for r in rows:
         assert r["status"] == "ok" and r["prompt_source"] == "usage" and r["completion_source"] == "usage", r
