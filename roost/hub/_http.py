@@ -62,6 +62,7 @@ from roost.hub.errors import (
 )
 from roost.hub.integrity import HubFile
 from roost.inputs.text import redact_url, shown
+from roost.inputs.urls import http_url_problem
 
 log = logging.getLogger(__name__)
 
@@ -106,28 +107,12 @@ def check_endpoint(value: str, source: str = "HF_ENDPOINT") -> str:
     def bad(why: str) -> UserError:
         return UserError(f"{source} {shown(redact_url(value), 200)!r} is not a usable Hub URL ({why}): {remedy}")
 
-    if re.search(r"[\s\x00-\x1f\x7f]", value):
-        raise bad("it holds whitespace or a control character")
-    try:
-        parts = urlsplit(value)
-        port = parts.port
-    except ValueError as exc:
-        why = str(exc).lower()
-        raise bad("the port is not a number in 1..65535" if "port" in why else f"it does not parse as a URL: {why}") from None
-    if not parts.scheme:
-        raise bad("no http:// or https:// scheme")
-    if parts.scheme.lower() not in ("http", "https"):
-        raise bad(f"scheme {parts.scheme!r}; only http:// and https:// are Hub URLs")
-    if not parts.hostname:
-        raise bad("no host")
-    if port == 0:
-        raise bad("port 0; a port is a number in 1..65535")
+    problem = http_url_problem(value, "Hub")
+    if problem is not None:
+        raise bad(problem)
+    parts = urlsplit(value)
     if parts.query or parts.fragment:
         raise bad("it has a query or a fragment; the base URL has neither")
-    try:
-        httpx.URL(value)
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise bad(f"httpx refuses it: {shown(str(exc), 100)}") from None
     return value.rstrip("/")
 
 

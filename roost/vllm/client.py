@@ -49,6 +49,7 @@ from pydantic import BaseModel, Field
 from roost.errors import UserError
 from roost.inputs.jsondoc import parse_json
 from roost.inputs.text import redact_url, shown
+from roost.inputs.urls import http_url_problem
 from roost.secrets import redact
 from roost.vllm.relay import Relay
 from roost.vllm.stream import ChatStream, ErrorKind, Phase, RequestRecord, error_text
@@ -85,29 +86,17 @@ def normalize_base_url(base_url: str) -> str:
     """``http://host:port`` from what a user may type (a trailing ``/``, ``/v1``); a UserError for
     what cannot be a server's URL."""
     url = base_url.strip()
-    if any(c.isspace() or not c.isprintable() for c in url):
-        raise UserError(f"server URL {shown(redact_url(url), 200)!r} holds a space or a control character: give e.g. "
-                        "http://127.0.0.1:8000")
-    if "://" not in url:
+    if "://" not in url and url:
         url = "http://" + url
     head, sep, rest = url.partition("://")
     rest = rest.rstrip("/")
     if rest.endswith("/v1"):
         rest = rest[: -len("/v1")]
     url = head + sep + rest
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (raises ValueError for a port out of range or not a number)
-    except ValueError as exc:
-        raise UserError(f"server URL {shown(redact_url(base_url), 200)!r} is not usable ({exc}): give e.g. "
-                        "http://127.0.0.1:8000") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"server URL {shown(redact_url(base_url), 200)!r} is not usable: give e.g. http://127.0.0.1:8000")
-    try:
-        httpx.URL(url)  # what httpx itself refuses (a hostname IDNA cannot encode...)
-    except httpx.InvalidURL as exc:
-        raise UserError(f"server URL {shown(redact_url(base_url), 200)!r} is not usable ({shown(str(exc), 120)}): "
-                        "give e.g. http://127.0.0.1:8000") from None
+    problem = http_url_problem(url, "server")
+    if problem is not None:
+        raise UserError(f"server URL {shown(redact_url(base_url.strip()), 200)!r} is not usable ({problem}): give e.g. "
+                        "http://127.0.0.1:8000")
     return url
 
 
