@@ -44,6 +44,7 @@ from roost.gateway.metering import (
     Endpoint,
     StreamMeter,
     error_body,
+    stream_shape,
     tokenize_bodies,
     tokenize_count,
     upstream_stream_options,
@@ -560,8 +561,10 @@ class _Forward:
             if status != 200:
                 await self._pass_error(relay)
             elif self.stream:
+                prompts, per_prompt = stream_shape(self.proxy.endpoint, self.body)
                 await self._pump(relay, t_sent, StreamMeter(client_include_usage=client_wants[0],
-                                                            client_continuous=client_wants[1]))
+                                                            client_continuous=client_wants[1], prompts=prompts,
+                                                            per_prompt=per_prompt))
             else:
                 await self._whole(relay, t_sent)
         except TimeoutError:
@@ -644,7 +647,7 @@ class _Forward:
                     cm.reschedule(loop.time() + silence)
                     out = meter.feed(block)
                     row["completion_tokens"] = meter.completion_tokens
-                    if meter.prompt_tokens is not None and row["prompt_source"] != "usage":
+                    if meter.prompt_tokens is not None:  # every prompt's, or the whole request's at the end
                         row.update(prompt_tokens=meter.prompt_tokens, prompt_source="usage")
                     if out:
                         await self.send({"type": "http.response.body", "body": out, "more_body": True})

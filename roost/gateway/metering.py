@@ -9,6 +9,11 @@
   last chunk forwarded, even when the client leaves mid-stream; chunks the client did not ask usage
   for are passed on without it (:class:`StreamMeter` rewrites them). A backend that sends no usage
   has its chunks counted: one token per chunk carrying text (``stream-count``).
+- vLLM's usage on a chunk is that chunk's *choice's*: its completion tokens so far, and the prompt
+  tokens of the prompt it answers (``n`` choices per prompt, several prompts on ``/v1/completions``,
+  choice ``index = prompt * n + k``). Only the last, choice-less usage chunk counts the whole request.
+  Until it comes (a client that leaves, a backend that cuts), a stream costs the sum over its choices,
+  and its prompt is known from the stream only once every prompt has been answered at least once.
 """
 
 from __future__ import annotations
@@ -88,26 +93,61 @@ def upstream_stream_options(body: dict[str, Any]) -> tuple[bool, bool]:
     return wants
 
 
+def stream_shape(endpoint: Endpoint, body: dict[str, Any]) -> tuple[int, int]:
+    """``(prompts, choices per prompt)`` of a request: what a stream's choice indices range over."""
+    n = body.get("n")
+    per_prompt = n if type(n) is int and n >= 1 else 1
+    prompts = 1
+    prompt = body.get("prompt")
+    if endpoint == "completions" and isinstance(prompt, list) and prompt and not all(type(t) is int for t in prompt):
+        prompts = len(prompt)
+    return prompts, per_prompt
+
+
 class StreamMeter:
     """Reads a streamed answer's server-sent events as they pass: counts tokens, notes the end, an
     error event, and gives back each event as the client asked for it (usage removed where the client
-    did not ask for it)."""
+    did not ask for it). ``prompts`` and ``per_prompt`` (:func:`stream_shape`) say how many choices the
+    answer has and which prompt each one answers."""
 
-    def __init__(self, *, client_include_usage: bool = True, client_continuous: bool = True) -> None:
+    def __init__(self, *, client_include_usage: bool = True, client_continuous: bool = True, prompts: int = 1,
+                 per_prompt: int = 1) -> None:
         self.client_include_usage = client_include_usage
         self.client_continuous = client_continuous
-        self.prompt_tokens: int | None = None
-        self.usage_completion: int | None = None
+        self.prompts, self.per_prompt = max(prompts, 1), max(per_prompt, 1)
         self.counted = 0  # chunks with text, for a backend that sends no usage
         self.done = False  # [DONE] seen
-        self.finished = False  # a finish_reason seen
         self.error: str | None = None
         self.events = 0
         self._buf = b""
+        self._whole: tuple[int | None, int | None] | None = None  # the usage of the whole request, once sent
+        self._choice_completion: dict[int, int] = {}  # choice index -> its completion tokens so far
+        self._prompt_of: dict[int, int] = {}  # prompt number -> its prompt tokens
+        self._finished: set[int] = set()  # choice indices with a finish_reason
+
+    @property
+    def finished(self) -> bool:
+        """Every choice has its finish reason."""
+        return len(self._finished) >= self.prompts * self.per_prompt
+
+    @property
+    def usage_completion(self) -> int | None:
+        """The backend's completion count: the whole request's, else the sum over the choices so far."""
+        if self._whole is not None and self._whole[1] is not None:
+            return self._whole[1]
+        return sum(self._choice_completion.values()) if self._choice_completion else None
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The backend's prompt count: the whole request's, else the sum over its prompts once each is known."""
+        if self._whole is not None and self._whole[0] is not None:
+            return self._whole[0]
+        return sum(self._prompt_of.values()) if len(self._prompt_of) >= self.prompts else None
 
     @property
     def completion_tokens(self) -> int:
-        return self.usage_completion if self.usage_completion is not None else self.counted
+        used = self.usage_completion
+        return used if used is not None else self.counted
 
     @property
     def completion_source(self) -> Source:
@@ -154,11 +194,15 @@ class StreamMeter:
             self.error = str(err.get("message") if isinstance(err, dict) else err)[:300]
             return event
         choices = obj.get("choices")
+        indices: list[int] = []
         for choice in choices if isinstance(choices, list) else []:
             if not isinstance(choice, dict):
                 continue
+            index = choice.get("index")
+            index = index if type(index) is int and index >= 0 else 0
+            indices.append(index)
             if choice.get("finish_reason") is not None:
-                self.finished = True
+                self._finished.add(index)
             delta = choice.get("delta")
             text = choice.get("text") if delta is None else (
                 (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
@@ -168,10 +212,13 @@ class StreamMeter:
         if "usage" not in obj:
             return event
         p, c = usage_of(obj)
-        if p is not None:
-            self.prompt_tokens = p
-        if c is not None:
-            self.usage_completion = c
+        if len(indices) == 1:  # vLLM's continuous usage: this choice's tokens, and its prompt's
+            if c is not None:
+                self._choice_completion[indices[0]] = c
+            if p is not None:
+                self._prompt_of[indices[0] // self.per_prompt] = p
+        else:  # no choice (vLLM's last chunk) or several: the usage of the whole request
+            self._whole = (p, c)
         usage_only = isinstance(choices, list) and not choices
         if usage_only:
             return event if self.client_include_usage else b""

@@ -153,11 +153,13 @@ class Sampler:
     def run(self, settings_url: str) -> None:
         with temporary_settings(updates={PREFECT_API_URL: settings_url}):
             while not self.done.is_set():
-                pids = _vllm_pids()
+                # the time the servers were listed: the slot's query after it can take seconds on a loaded
+                # machine, and a sample stamped after it would place what it saw too late
+                t, pids = time.monotonic(), _vllm_pids()
                 slot = None
                 with contextlib.suppress(Exception), get_client(sync_client=True) as client:
                     slot = client.read_global_concurrency_limit_by_name(host_limit_name(HOST)).active_slots
-                self.samples.append(Sample(time.monotonic(), pids, slot))
+                self.samples.append(Sample(t, pids, slot))
                 self.done.wait(0.3)
 
 
@@ -220,6 +222,8 @@ def scenario(own_prefect: PrefectServer, worker: Worker) -> dict[str, Any]:
         first = _wait("a vLLM server of either landing", lambda: _new_server(set()))
         a, b = _wait("the run that started it", lambda: next(  # the one whose log names its pid
             ((r, o) for r, o in (runs, runs[::-1]) if f"vLLM starting (pid {first.pid})" in _logs(r.id)), None))
+        # the sampler too has seen A's server (a sample can take seconds under load): the restart comes after
+        _wait("the sampler's sight of A's server", lambda: any(first.pid in s.servers for s in sampler.samples))
         stopped_at = time.monotonic()  # A's server is loading: the Prefect server goes down and comes back
         own_prefect.stop()
         own_prefect.start()

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from roost.gateway.keys import bearer_token, check_name, digest, new_key
-from roost.gateway.metering import StreamMeter, tokenize_bodies, tokenize_count, upstream_stream_options
+from roost.gateway.metering import (
+    StreamMeter,
+    stream_shape,
+    tokenize_bodies,
+    tokenize_count,
+    upstream_stream_options,
+)
 
 
 def ev(obj: Any) -> bytes:
@@ -59,6 +65,48 @@ def test_an_error_event_and_a_cut_stream_are_noticed() -> None:
     cut = StreamMeter()
     assert cut.feed(chunk("a", usage=(3, 1)) + b'data: {"choi') != b""
     assert not cut.done and not cut.finished and cut.completion_tokens == 1
+
+
+def choice_chunk(index: int, text: str, usage: tuple[int, int], finish: str | None = None) -> bytes:
+    """A chunk as vLLM streams it with continuous usage: one choice, the usage of that choice alone."""
+    return ev({"id": "c", "choices": [{"index": index, "text": text, "finish_reason": finish}],
+               "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}})
+
+
+def test_a_stream_of_several_choices_costs_the_sum_over_them_until_its_whole_usage_comes() -> None:
+    """vLLM's continuous usage is per choice (``n`` of them per prompt, choice ``index = prompt * n + k``):
+    a client that leaves is billed every choice's tokens, and the prompt once every prompt is known."""
+    meter = StreamMeter(prompts=2, per_prompt=2)
+    meter.feed(choice_chunk(0, "a", (5, 1)) + choice_chunk(1, "b", (5, 1)) + choice_chunk(0, "c", (5, 2)))
+    assert (meter.completion_tokens, meter.prompt_tokens, meter.finished) == (3, None, False)  # prompt 1 unseen
+    meter.feed(choice_chunk(3, "d", (7, 1), finish="length") + choice_chunk(2, "e", (7, 1), finish="length"))
+    assert (meter.completion_tokens, meter.prompt_tokens, meter.completion_source) == (5, 12, "usage")
+    meter.feed(choice_chunk(0, "f", (5, 3), finish="length"))
+    assert not meter.finished  # choice 1 goes on
+    meter.feed(choice_chunk(1, "g", (5, 2), finish="length"))
+    assert meter.finished and (meter.completion_tokens, meter.prompt_tokens) == (7, 12)
+    meter.feed(ev({"id": "c", "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 7}}) + ev(b"[DONE]"))
+    assert (meter.completion_tokens, meter.prompt_tokens, meter.done) == (7, 12, True)  # vLLM's own total
+
+
+def test_the_whole_requests_usage_outranks_the_choices() -> None:
+    meter = StreamMeter(per_prompt=3)
+    meter.feed(choice_chunk(0, "a", (4, 1)) + choice_chunk(2, "b", (4, 1)))
+    assert (meter.completion_tokens, meter.prompt_tokens) == (2, 4)  # chat: every choice answers the one prompt
+    meter.feed(ev({"id": "c", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 9}}))
+    assert meter.completion_tokens == 9
+    odd = StreamMeter()  # a choice without a usable index counts as the first
+    odd.feed(ev({"choices": [{"index": "x", "text": "a"}], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}))
+    assert (odd.completion_tokens, odd.prompt_tokens) == (2, 1)
+
+
+def test_stream_shape_reads_prompts_and_choices() -> None:
+    assert stream_shape("chat", {"n": 4, "messages": []}) == (1, 4)
+    assert stream_shape("completions", {"prompt": ["a", "b", [1, 2]], "n": 2}) == (3, 2)
+    assert stream_shape("completions", {"prompt": [1, 2, 3]}) == (1, 1)  # one prompt, as token ids
+    assert stream_shape("completions", {"prompt": "a", "n": 0}) == (1, 1)
+    assert stream_shape("completions", {"prompt": "a", "n": True}) == (1, 1)
+    assert stream_shape("chat", {"n": "3"}) == (1, 1)
 
 
 def test_tokenize_bodies_follow_the_endpoint() -> None:
