@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -79,6 +80,15 @@ def hub_digest_matches(hub: FaultHub, path: str, local: Path, record: dict[str, 
     return blob == entry["oid"] == record["git_oid"] and hashlib.sha256(data).hexdigest() == record["sha256"]
 
 
+def _part_sizes(parts: Path) -> list[int]:
+    """Sizes of the partial files now; one may be renamed into place between the listing and its stat."""
+    sizes = []
+    for p in parts.glob("*.part") if parts.exists() else []:
+        with contextlib.suppress(FileNotFoundError):
+            sizes.append(p.stat().st_size)
+    return sizes
+
+
 def test_kill_9_midway_then_rerun_resumes_and_verifies(hub: FaultHub, tmp_path: Path) -> None:
     dl = tmp_path / "dl"
     big = shard_name(1, 2)
@@ -87,7 +97,7 @@ def test_kill_9_midway_then_rerun_resumes_and_verifies(hub: FaultHub, tmp_path: 
         deadline = time.monotonic() + 60
         parts = partial_dir(dl)
         while time.monotonic() < deadline and proc.poll() is None:
-            sizes = [p.stat().st_size for p in parts.glob("*.part")] if parts.exists() else []
+            sizes = _part_sizes(parts)
             if (dl / shard_name(2, 2)).exists() and any(n > 1_500_000 for n in sizes):
                 os.kill(proc.pid, signal.SIGKILL)
                 break
