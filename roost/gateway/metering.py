@@ -44,20 +44,21 @@ def tokenize_bodies(endpoint: Endpoint, body: dict[str, Any]) -> tuple[list[dict
                 req[name] = body[name]
         return [req], 0
     if endpoint == "completions":
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            return [{"model": model, "prompt": prompt}], 0
-        if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-            return [], len(prompt)
-        if isinstance(prompt, list):
-            bodies, known = [], 0
-            for p in prompt:
-                if isinstance(p, str):
-                    bodies.append({"model": model, "prompt": p})
-                elif isinstance(p, list) and all(type(t) is int for t in p):
-                    known += len(p)
-            return bodies, known
+        bodies, known = [], 0
+        for p in _prompts(body.get("prompt")):
+            if isinstance(p, str):
+                bodies.append({"model": model, "prompt": p})
+            elif isinstance(p, list) and all(type(t) is int for t in p):
+                known += len(p)
+        return bodies, known
     return [], 0
+
+
+def _prompts(prompt: Any) -> list[Any]:
+    """A completions request's prompts: its ``prompt`` is one text, one list of token ids, or a list of either."""
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt)):
+        return [prompt]
+    return prompt if isinstance(prompt, list) else []
 
 
 def tokenize_count(answer: Any) -> int | None:
@@ -97,11 +98,8 @@ def stream_shape(endpoint: Endpoint, body: dict[str, Any]) -> tuple[int, int]:
     """``(prompts, choices per prompt)`` of a request: what a stream's choice indices range over."""
     n = body.get("n")
     per_prompt = n if type(n) is int and n >= 1 else 1
-    prompts = 1
-    prompt = body.get("prompt")
-    if endpoint == "completions" and isinstance(prompt, list) and prompt and not all(type(t) is int for t in prompt):
-        prompts = len(prompt)
-    return prompts, per_prompt
+    prompts = len(_prompts(body.get("prompt"))) if endpoint == "completions" else 1
+    return max(prompts, 1), per_prompt
 
 
 class StreamMeter:
