@@ -37,6 +37,7 @@ os.environ.pop("PREFECT_API_URL", None)
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("VLLM_API_KEY", None)
+os.environ.pop("ROOST_GATEWAY_METRICS_TOKEN", None)  # gateways and renders without one unless a test sets it
 os.environ.pop("HF_TOKEN", None)
 
 REPO = Path(__file__).resolve().parents[1]

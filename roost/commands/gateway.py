@@ -1,9 +1,16 @@
 """``roost gateway``: the metering gateway in front of every landed vLLM server (``roost/gateway/``).
 
-- ``roost gateway serve [--host ADDR] [--port 8080] [--backend URL ...] [--db URL]``: the
-  OpenAI-compatible proxy (``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
-  ``/v1/models``, ``/health``, ``/metrics``). The upstream key is ``VLLM_API_KEY``, else roost's
-  Secret block ``roost-vllm-api-key`` (read when ``PREFECT_API_URL`` is set).
+- ``roost gateway serve [--host ADDR] [--port 8080] [--backend URL ...] [--db URL]
+  [--metrics-token-file PATH]``: the OpenAI-compatible proxy (``/v1/chat/completions``,
+  ``/v1/completions``, ``/v1/embeddings``, ``/v1/models``, ``/health``, ``/metrics``). The upstream
+  key is ``VLLM_API_KEY``, else roost's Secret block ``roost-vllm-api-key`` (read when
+  ``PREFECT_API_URL`` is set). ``/metrics`` and ``/health``'s details are served to this host's
+  loopback only, or, with a token (``ROOST_GATEWAY_METRICS_TOKEN``, or ``--metrics-token-file PATH``;
+  the token itself never goes on a command line), to any client sending ``Authorization: Bearer
+  <token>`` (``roost/gateway/access.py``); ``install`` carries the variable into its environment file.
+  Connection limits (``roost/gateway/connections.py``): ``--max-header-kb`` (64; 431),
+  ``--header-timeout`` (10 s; 408), ``--keep-alive-timeout`` (30 s), ``--max-connections`` (4096) and
+  ``--max-connections-per-client`` (512; 503).
 - ``roost gateway key add NAME [--kind user|device|app] [--trusted] [--json]``: prints the key once
   (JSON: ``name``, ``kind``, ``key``, ``trusted``); ``key list [--json]`` (never the keys: ``name``,
   ``kind``, ``trusted``, ``created_at``, ``revoked``, ``revoked_at``, ``note``); ``key revoke NAME``;
@@ -94,10 +101,30 @@ def serve(
     tokenize_after: Annotated[float, typer.Option("--tokenize-after", min=0, max=3600, help="Count the prompt "
                                                   "with /tokenize at request start (0), or only when vLLM's own count "
                                                   "has not come this many seconds after the send.")] = 0.0,
+    max_header_kb: Annotated[int, typer.Option("--max-header-kb", min=1, max=1024, help="Largest request line "
+                                               "and headers of one request (KiB); 431 above.")] = 64,
+    header_timeout: Annotated[float, typer.Option("--header-timeout", min=0.1, max=3600, help="Seconds a "
+                                                  "connection has to send a complete request head (from its "
+                                                  "accept, or the first byte of its next request); 408 or close "
+                                                  "after.")] = 10.0,
+    keep_alive_timeout: Annotated[float, typer.Option("--keep-alive-timeout", min=0.1, max=3600,
+                                                      help="Close a kept-alive connection idle this many "
+                                                      "seconds.")] = 30.0,
+    max_connections: Annotated[int, typer.Option("--max-connections", min=1, max=1_000_000, help="Open client "
+                                                 "connections in all; 503 above (fewer when the open-files "
+                                                 "limit cannot hold them).")] = 4096,
+    max_connections_per_client: Annotated[int, typer.Option("--max-connections-per-client", min=1, max=1_000_000,
+                                                            help="Open connections per client IP address; 503 "
+                                                            "above.")] = 512,
     quiet: Annotated[bool, typer.Option("--quiet", help="No line per request on stderr.")] = False,
+    metrics_token_file: Annotated[Path | None, typer.Option(
+        "--metrics-token-file", help="A file holding the bearer token /metrics (and /health's details) require "
+        "from every client; or ROOST_GATEWAY_METRICS_TOKEN. Neither: served to this host's loopback only.")] = None,
 ) -> None:
     """Run the metering gateway in the foreground (Ctrl-C or SIGTERM stops it)."""
+    from roost.gateway.access import TOKEN_ENV, load_token
     from roost.gateway.app import GatewayConfig
+    from roost.gateway.connections import ConnectionLimits
     from roost.gateway.db import default_db_url
     from roost.gateway.server import build
     from roost.gateway.server import serve as run_server
@@ -108,12 +135,16 @@ def serve(
         raise UserError(f"--trusted-header {trusted_header[:40]!r}: a header name (letters, digits, -)")
     config = GatewayConfig(max_body_bytes=int(max_body_mb * 1024 * 1024), client_timeout_s=client_timeout,
                            body_timeout_s=body_timeout, trusted_user_header=trusted_header.lower(),
-                           tokenize_after_s=tokenize_after)
+                           tokenize_after_s=tokenize_after,
+                           metrics_token=load_token(os.environ.get(TOKEN_ENV), metrics_token_file))
     gw = build(urls, db or default_db_url(), upstream_key(), config, poll_interval_s=poll_interval,
                use_registry=registry)
     if not urls and not registry:
         raise UserError("no backends: pass --backend URL or leave --registry on")
-    run_server(gw, host, port, access_log=not quiet)
+    limits = ConnectionLimits(max_header_bytes=max_header_kb * 1024, header_timeout_s=header_timeout,
+                              keep_alive_s=keep_alive_timeout, max_connections=max_connections,
+                              max_connections_per_client=max_connections_per_client)
+    run_server(gw, host, port, access_log=not quiet, limits=limits)
 
 
 # --- keys --------------------------------------------------------------------------------------
@@ -277,7 +308,7 @@ def install(
     async_url(url)  # refuse a bad URL now, not at boot
     args = ["--host", host, "--port", str(port), *[a for u in backend or [] for a in ("--backend", normalize_base_url(u))]]
     env = {"ROOST_GATEWAY_DB": url, "ROOST_HOME": str(roost_home()), "ROOST_GATEWAY_BACKENDS_DIR": str(registry_dir())}
-    for name in ("VLLM_API_KEY", "PREFECT_API_URL", "PREFECT_API_KEY"):
+    for name in ("VLLM_API_KEY", "PREFECT_API_URL", "PREFECT_API_KEY", "ROOST_GATEWAY_METRICS_TOKEN"):
         if os.environ.get(name):
             env[name] = os.environ[name]
     home = Path.home()

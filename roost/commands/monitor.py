@@ -5,7 +5,9 @@
   writes ``prometheus/prometheus.yml`` (jobs ``vllm``, every server landed and kept on the host, and
   ``llm-gateway``), ``prometheus/rules.yml``, ``grafana/dashboards/vllm-command-center.json`` and
   Grafana's provisioning files, and records DIR so landings keep it in step (``--no-sync`` not).
-  JSON: ``out, vllm_targets, gateway_target, decode_floors, changed``.
+  JSON: ``out, vllm_targets, gateway_target, decode_floors, changed, gateway_token``. With
+  ``ROOST_GATEWAY_METRICS_TOKEN`` set, the ``llm-gateway`` job sends it as a bearer token read from
+  ``prometheus/gateway-metrics-token`` (DIR made private to its owner); landings' re-renders keep it.
 - ``roost monitor up [--out DIR] [--mount dir|file] [--no-grafana] ...``: Prometheus and Grafana
   containers (official images) with the rendered files mounted.
 - ``roost monitor sync [--json]``: re-render and reload as a landing does (JSON adds ``reload``,
@@ -74,6 +76,7 @@ def _rule_settings(pairs: list[str]) -> dict[str, object]:
 
 def _state_for(out: Path | None, host: str | None, gateway: str, prometheus: str | None, rules: list[str],
                scrape_interval: str, evaluation_interval: str) -> Any:
+    from roost.monitor.render import gateway_token_from_env
     from roost.monitor.state import MonitorState, load_state
 
     if not ADDRESS.match(gateway):
@@ -86,7 +89,8 @@ def _state_for(out: Path | None, host: str | None, gateway: str, prometheus: str
                          prometheus_url=(prometheus if prometheus is not None else (old.prometheus_url if old else "")),
                          scrape_interval=_duration("--scrape-interval", scrape_interval, positive=True),
                          evaluation_interval=_duration("--evaluation-interval", evaluation_interval, positive=True),
-                         rules=_rule_settings(rules))
+                         rules=_rule_settings(rules),
+                         gateway_token=gateway_token_from_env() is not None)  # as configured where this runs
     if old is not None and Path(old.out) == Path(state.out):  # keep what up started
         state.prometheus_container, state.grafana_container = old.prometheus_container, old.grafana_container
         state.grafana_url, state.docker_url = old.grafana_url, old.docker_url
@@ -124,7 +128,8 @@ def render_cmd(
         echo_json(result)
         return
     typer.echo(f"monitoring files in {result['out']}: {len(result['vllm_targets'])} vLLM target(s) "  # type: ignore[arg-type]
-               f"{', '.join(result['vllm_targets']) or '(none kept yet)'}, gateway {result['gateway_target']}")  # type: ignore[arg-type]
+               f"{', '.join(result['vllm_targets']) or '(none kept yet)'}, gateway {result['gateway_target']}"  # type: ignore[arg-type]
+               + (" (scraped with its metrics token)" if result.get("gateway_token") else ""))
     if result.get("reload") not in (None, "none"):
         typer.echo(f"Prometheus: {result['reload']}{'; ' + str(result['note']) if result.get('note') else ''}")
 

@@ -15,8 +15,11 @@ One module per job:
 - ``routing``: backends, their models, polling, the model -> backend choice;
 - ``registry``: the servers landings keep serving, registered for the gateway (files);
 - ``metrics``: the gateway's Prometheus metrics, each defined once;
+- ``access``: who may read ``/metrics`` and ``/health``'s details (loopback, or a bearer token; pure);
 - ``app``: the ASGI application (auth, limits, proxying);
 - ``server``: running it under uvicorn;
+- ``connections``: what a peer may hold before its request is read (head size and deadline, keep-alive,
+  connections per address and overall; uvicorn's httptools protocol, subclassed);
 - ``tailscale``: one device key per tailnet node;
 - ``install``: the systemd user unit.
 """

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -30,7 +31,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -38,21 +39,23 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from roost.gateway import backend_errors
+from roost.gateway.access import refusal, scope_access
 from roost.gateway.db import GatewayDB, UsageWriter
-from roost.gateway.keys import Principal, bearer_token, digest, same_digest
+from roost.gateway.keys import Principal, bearer_token, digest, forwarded_user, same_digest
 from roost.gateway.metering import (
     Endpoint,
     StreamMeter,
+    answer_texts,
     error_body,
-    stream_shape,
     tokenize_bodies,
     tokenize_count,
-    upstream_stream_options,
     usage_of,
 )
 from roost.gateway.metrics import GatewayMetrics
+from roost.gateway.request import InvalidRequest, Reading, TooDeep, encode, forwarded_body, read_request
 from roost.gateway.routing import Backend, BackendDown, ModelNotFound, Router
-from roost.secrets import redact
+from roost.secrets import encoded_forms, redact
 from roost.vllm.relay import Relay
 from roost.vllm.timed_net import ConnectFailed, HttpError
 
@@ -82,6 +85,14 @@ class GatewayConfig(BaseModel):
     trusted_user_header: str = Field(default="x-openwebui-user-email",
                                      description="The header a trusted front end forwards its user in.")
     instance: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    metrics_token: SecretStr | None = Field(
+        default=None, description="Bearer token every client of /metrics (and /health's details) must send; "
+        "None: served to loopback clients only (roost.gateway.access).")
+
+    @property
+    def trusted_user_header_bytes(self) -> bytes:
+        """The trusted header's name as ASGI gives it (lower-case bytes)."""
+        return self.trusted_user_header.lower().encode("latin-1")
 
 
 class KeyCache:
@@ -225,6 +236,8 @@ class Gateway:
         self.keys = KeyCache(db, self.config.key_refresh_s)
         self.writer = UsageWriter(db, on_error=self.metrics.usage_write_errors.inc)
         self._secrets = [router.upstream_key or ""]
+        self.secret_forms = tuple(f.encode("utf-8", "surrogatepass") for s in self._secrets if s
+                                  for f in (s, *encoded_forms(s)))
         # the forwarded endpoints are plain ASGI apps reached without a router (the hot path); the
         # rest, and the lifespan, go through Starlette
         self._proxies = {PATHS[e]: _Proxy(self, e) for e in PATHS}
@@ -271,6 +284,12 @@ class Gateway:
     def scrub(self, text: str) -> str:
         return redact(text, self._secrets)
 
+    def scrub_bytes(self, data: bytes) -> bytes:
+        """``data`` with every form of every secret masked, when it holds one (a fast check first)."""
+        if not any(f in data for f in self.secret_forms):
+            return data
+        return self.scrub(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
     def _models_listed(self, models: set[str]) -> None:
         for model in models:  # the per-model request counter exists at 0 before its first request
             self.metrics.model_requests.labels(model)
@@ -291,7 +310,9 @@ class Gateway:
             return Response(_unauthorized(), 401, media_type="application/json")
         return Response(orjson.dumps({"object": "list", "data": self.router.models()}), media_type="application/json")
 
-    async def health(self, _request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
+        if scope_access(request.scope, self.config.metrics_token) != "allow":  # alive, and nothing more
+            return Response(b'{"status":"ok"}', media_type="application/json")
         backends = list(self.router.backends.values())
         up = sum(b.up for b in backends)
         body = {"status": "ok", "backends": len(backends), "backends_up": up,
@@ -299,7 +320,11 @@ class Gateway:
                 "usage_pending": self.writer.pending}
         return Response(orjson.dumps(body), media_type="application/json")
 
-    async def metrics_endpoint(self, _request: Request) -> Response:
+    async def metrics_endpoint(self, request: Request) -> Response:
+        access = scope_access(request.scope, self.config.metrics_token)
+        if access != "allow":
+            status, body, headers = refusal(access)
+            return Response(body, status, headers=headers, media_type="application/json")
         self._update_backend_gauges()
         self.metrics.usage_pending.set(self.writer.pending)
         return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -332,6 +357,19 @@ class _Proxy:
         self.gw, self.endpoint, self.path = gw, endpoint, PATHS[endpoint]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        forwarded: list[_Forward] = []
+        try:
+            await self._handle(scope, receive, send, forwarded)
+        except Exception as exc:  # a bug must not reach the client as a traceback, nor the log as one
+            if forwarded:  # _Forward.run answers its own bugs; this is one in its bookkeeping
+                log_failure("after forwarding", exc)
+                return
+            self.gw.metrics.refused.labels("gateway_error").inc()
+            log_failure("before forwarding", exc)
+            with contextlib.suppress(Exception):  # a refusal being sent when it failed: the client is gone
+                await respond(send, 500, _gateway_error(), close=True)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, forwarded: list[_Forward]) -> None:
         gw = self.gw
         t_received = time.perf_counter()
         headers = Headers(scope=scope)
@@ -351,6 +389,14 @@ class _Proxy:
                 raise Refused(400, "`model` is required: the name of a served model (GET /v1/models lists them)",
                               "bad_request", param="model")
             try:
+                reading = read_request(self.endpoint, body)
+                upstream = forwarded_body(body, reading)
+                content = raw if upstream is None else encode(upstream)
+            except InvalidRequest as exc:
+                raise Refused(400, exc.message, "bad_request", param=exc.param) from None
+            except TooDeep as exc:
+                raise Refused(400, f"{exc}: it nests deeper than about 1,000 levels", "bad_request") from None
+            try:
                 backend = await gw.router.resolve(model)
             except ModelNotFound as exc:
                 listed = ", ".join(exc.available) or "none"
@@ -369,22 +415,48 @@ class _Proxy:
             return
         user = None
         if principal.trusted:
-            value = headers.get(gw.config.trusted_user_header)
-            user = value.strip()[:320] if value and value.strip() else None
-        stream = body.get("stream") is True and self.endpoint != "embeddings"
-        usage = Usage(gw, principal, self.endpoint, model, user, stream)
+            user = forwarded_user(next((v for k, v in scope["headers"] if k == gw.config.trusted_user_header_bytes),
+                                       None))
+        usage = Usage(gw, principal, self.endpoint, model, user, reading.stream)
         usage.t0 = t_received
         usage.row["backend"] = backend.name
-        await _Forward(gw, self, backend, body, raw, usage, stream, receive, send).run()
+        forward = _Forward(gw, self, backend, body, content, reading, usage, receive, send)
+        forwarded.append(forward)
+        await forward.run()
+
+
+def log_failure(when: str, exc: BaseException) -> None:
+    """One line for a bug met while handling a request: the exception's type and where it was raised
+    (no message, no values: they may hold a client's data)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f"{os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}" if tb is not None else "?"
+    log.error("gateway error %s: %s at %s", when, type(exc).__name__, where)
+
+
+_CONTENT_TYPE = re.compile(rb"[A-Za-z0-9!#$&^_.+-]{1,64}/[A-Za-z0-9!#$&^_.+-]{1,64}(?: ?; ?[A-Za-z0-9_-]{1,32}=[A-Za-z0-9_.-]{1,32})*")
+
+
+def _content_type(value: bytes | None) -> bytes:
+    """A backend's content type, passed on only when it is a plain media type (else JSON's)."""
+    return value if value is not None and _CONTENT_TYPE.fullmatch(value) else b"application/json"
+
+
+def _gateway_error() -> bytes:
+    return error_body("the gateway failed on this request; it was not billed as completed", kind="api_error",
+                      code="gateway_error")
 
 
 class _Forward:
     """One forwarded request, from sending it upstream to its usage row."""
 
-    def __init__(self, gw: Gateway, proxy: _Proxy, backend: Backend, body: dict[str, Any], raw: bytes, usage: Usage,
-                 stream: bool, receive: Receive, send: Send) -> None:
-        self.gw, self.proxy, self.backend, self.body, self.raw = gw, proxy, backend, body, raw
-        self.usage, self.stream, self.receive, self._send = usage, stream, receive, send
+    def __init__(self, gw: Gateway, proxy: _Proxy, backend: Backend, body: dict[str, Any], content: bytes,
+                 reading: Reading, usage: Usage, receive: Receive, send: Send) -> None:
+        self.gw, self.proxy, self.backend, self.body, self.content = gw, proxy, backend, body, content
+        self.reading, self.stream = reading, reading.stream
+        self.usage, self.receive, self._client_send = usage, receive, send
+        self.started = False  # the response's head went out
         row = usage.row
         self.labels = (row["key_name"], row["kind"], row["model"])
         self.completion_counter = gw.metrics.completion_tokens.labels(*self.labels)
@@ -396,11 +468,34 @@ class _Forward:
         self.delivered = False  # the client has the whole answer (a stream's [DONE] handed on)
         self.work: asyncio.Future[None] | None = None
 
+    async def _send(self, message: Any) -> None:
+        self.started = True
+        await self._client_send(message)
+
+    async def _respond(self, status: int, body: bytes, *, content_type: bytes = b"application/json",
+                       close: bool = False) -> None:
+        """A whole answer, with the request's id (its usage row's) as every forwarded answer has."""
+        await respond(self._send, status, body, content_type=content_type, close=close,
+                      extra=[(b"x-request-id", self.usage.row["request_id"].encode())])
+
     async def send(self, message: dict[str, Any]) -> None:
         """A message to the client; the watchdog cuts a client that takes ``client_timeout_s`` to take one."""
         self.sending_since = time.perf_counter()
-        await self._send(message)  # type: ignore[arg-type]
+        self.started = True
+        await self._client_send(message)  # type: ignore[arg-type]
         self.sending_since = None
+
+    async def _failed(self, exc: Exception) -> None:
+        """A bug met while forwarding: the row says ``gateway_error``; the client gets an OpenAI-style
+        500, or, mid-answer, an error event (a stream) and the end of the response."""
+        self.usage.row.update(status="gateway_error", http_status=500)
+        log_failure(f"forwarding {self.usage.row['request_id'][:12]}", exc)
+        with contextlib.suppress(Exception):
+            if not self.started:
+                await self._respond(500, _gateway_error(), close=True)
+            else:
+                tail = b"data: " + _gateway_error() + b"\n\n" if self.stream else b""
+                await self._send({"type": "http.response.body", "body": tail, "more_body": False})
 
     def _watch(self) -> None:
         """Every quarter of ``client_timeout_s``: is a send blocked on a client that stopped reading?"""
@@ -431,8 +526,11 @@ class _Forward:
         gone.add_done_callback(left)
         asyncio.get_running_loop().call_later(gw.config.client_timeout_s / 4, self._watch)
         try:
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+            except Exception as exc:
+                await self._failed(exc)
             if self.client_timed_out:
                 row["status"] = "client_timeout"
         finally:
@@ -452,33 +550,29 @@ class _Forward:
             if message["type"] == "http.disconnect":
                 return
 
+    async def _count_tokens(self, bodies: list[dict[str, Any]], known: int = 0) -> int | None:
+        """Tokens of ``bodies`` by the backend's ``/tokenize`` (plus ``known``); None when it cannot say."""
+        client = self.backend.client
+        total = known
+        for b in bodies:
+            relay, _ = await client.relay("/tokenize", encode(b))
+            try:
+                async with asyncio.timeout(self.gw.config.upstream_timeout_s):
+                    status = await relay.head()
+                data = await self._read_all(relay, MAX_ERROR_BODY * 16)
+            finally:
+                client.release(relay)
+            n = tokenize_count(backend_errors.parse(data)) if status == 200 else None
+            if n is None:
+                return None
+            total += n
+        return total
+
     def _start_tokenize(self) -> None:
         bodies, known = tokenize_bodies(self.proxy.endpoint, self.body)
         if not bodies and not known:
             return
-        client = self.backend.client
-
-        async def count() -> int | None:
-            total = known
-            for b in bodies:
-                relay, _ = await client.relay("/tokenize", orjson.dumps(b))
-                try:
-                    status = await relay.head()
-                    data = b""
-                    while (block := await relay.read()) is not None:
-                        data += block
-                finally:
-                    client.release(relay)
-                try:
-                    n = tokenize_count(orjson.loads(data)) if status == 200 else None
-                except orjson.JSONDecodeError:
-                    n = None
-                if n is None:
-                    return None
-                total += n
-            return total
-
-        self.tokenize = asyncio.ensure_future(count())
+        self.tokenize = asyncio.ensure_future(self._count_tokens(bodies, known))
 
     def _tokenize_if_uncounted(self) -> None:
         """``tokenize_after_s`` after the send: count the prompt now unless the backend's usage has."""
@@ -510,32 +604,28 @@ class _Forward:
             self.completion_counter.inc(total - self.metered_completion)
             self.metered_completion = total
 
-    async def _unreachable(self, why: str) -> None:
+    async def _unreachable(self) -> None:
+        """The backend took no connection: 503, and a poll of it decides whether it is down for everyone
+        (a connect timed out on a loaded machine is not a dead server)."""
         row = self.usage.row
-        self.backend.mark_down(why)
+        self.gw.router.confirm(self.backend)
         row.update(status="backend_unreachable", http_status=503)
         self.gw.metrics.refused.labels("backend_down").inc()
-        await respond(self._send, 503, error_body(f"the server for `{row['model'][:200]}` is not reachable now; "
-                                                  "try again later", kind="service_unavailable",
-                                                  code="backend_unavailable"))
+        await self._respond(503, error_body(f"the server for `{row['model'][:200]}` is not reachable now; "
+                                            "try again later", kind="service_unavailable", code="backend_unavailable"))
 
     async def _forward(self) -> None:
         row = self.usage.row
-        client_wants = (True, True)
-        content = self.raw
-        if self.stream:
-            client_wants = upstream_stream_options(self.body)
-            content = orjson.dumps(self.body)
         client = self.backend.client
         relay: Relay | None = None
         t_sent = time.perf_counter()
         try:
             for attempt in (1, 2):
                 try:
-                    relay, reused = await client.relay(self.proxy.path, content,
+                    relay, reused = await client.relay(self.proxy.path, self.content,
                                                        headers={"X-Request-Id": row["request_id"]})
-                except ConnectFailed as exc:
-                    await self._unreachable(f"refused a connection ({exc})")
+                except ConnectFailed:
+                    await self._unreachable()
                     return
                 if attempt == 1:
                     t_sent = time.perf_counter()
@@ -549,31 +639,44 @@ class _Forward:
                         status = await relay.head()
                     break
                 except (HttpError, OSError) as exc:
+                    answered = relay.conn.received > 0
                     client.release(relay)
                     relay = None
-                    if reused and attempt == 1:  # a kept-alive connection closed as the request went out
+                    # Sent again only when a kept-alive connection closed as the request went out: not
+                    # one byte came back, so the backend never read it. A backend that answered
+                    # anything (garbage included) may have started generating: never twice.
+                    if reused and attempt == 1 and not answered:
                         continue
                     row.update(status="backend_cut", http_status=502)
-                    await respond(self._send, 502, error_body(f"the model's server failed: {type(exc).__name__}",
-                                                              kind="api_error", code="backend_error"))
+                    await self._respond(502, error_body(f"the model's server failed: {type(exc).__name__}",
+                                                        kind="api_error", code="backend_error"))
                     return
             assert relay is not None
             if status != 200:
                 await self._pass_error(relay)
-            elif self.stream:
-                prompts, per_prompt = stream_shape(self.proxy.endpoint, self.body)
-                await self._pump(relay, t_sent, StreamMeter(client_include_usage=client_wants[0],
-                                                            client_continuous=client_wants[1], prompts=prompts,
-                                                            per_prompt=per_prompt))
+            elif self.stream and relay.headers.get(b"content-type", b"").startswith(b"text/event-stream"):
+                await self._pump(relay, t_sent, self._meter())
             else:
                 await self._whole(relay, t_sent)
         except TimeoutError:
             row.update(status="backend_cut", http_status=504)
-            await respond(self._send, 504, error_body("the model's server did not answer in time", kind="api_error",
-                                                      code="backend_timeout"))
+            await self._respond(504, error_body("the model's server did not answer in time", kind="api_error",
+                                                code="backend_timeout"))
         finally:
             if relay is not None:
                 client.release(relay)
+
+    def _meter(self, *, as_sent: bool = False) -> StreamMeter:
+        """The meter of this request's stream; ``as_sent``: a stream the client did not ask for as one
+        (its usage chunks, if any, are passed on as they are)."""
+        r = self.reading
+        return StreamMeter(client_include_usage=as_sent or r.include_usage,
+                           client_continuous=as_sent or r.continuous_usage, prompts=r.prompts,
+                           per_prompt=max(r.n, 1), error_event=self._error_event,
+                           secret_forms=self.gw.secret_forms, scrub=self.gw.scrub_bytes)
+
+    def _error_event(self, obj: dict[str, Any]) -> bytes:
+        return backend_errors.stream_error_event(obj, self.gw.scrub)
 
     async def _read_all(self, relay: Relay, limit: int) -> bytes:
         chunks: list[bytes] = []
@@ -588,14 +691,14 @@ class _Forward:
         return b"".join(chunks)
 
     async def _pass_error(self, relay: Relay) -> None:
-        """A backend's non-200 answer, passed on (bounded, the upstream key scrubbed)."""
+        """A backend's non-200 answer, relayed as an OpenAI-style error (:mod:`backend_errors`)."""
         data = b""
         with contextlib.suppress(HttpError, OSError, TimeoutError):
             data = await self._read_all(relay, MAX_ERROR_BODY)
-        text = self.gw.scrub(data[:MAX_ERROR_BODY].decode("utf-8", "replace"))
-        self.usage.row.update(status=f"http_{relay.status}", http_status=relay.status)
-        await respond(self._send, relay.status, text.encode(),
-                      content_type=relay.headers.get(b"content-type", b"application/json"))
+        status, body = backend_errors.relayed_error(relay.status, backend_errors.parse(data[:MAX_ERROR_BODY]),
+                                                    self.gw.scrub)
+        self.usage.row.update(status=f"http_{relay.status}", http_status=status)
+        await self._respond(status, body)
 
     def _first_byte(self, t_sent: float, t_upstream_first: float) -> None:
         now = time.perf_counter()
@@ -611,18 +714,32 @@ class _Forward:
             data = await self._read_all(relay, MAX_ANSWER_BODY)
         except (HttpError, OSError) as exc:
             row.update(status="backend_cut", http_status=502)
-            await respond(self._send, 502, error_body(f"the model's server failed mid-answer: {type(exc).__name__}",
-                                                      kind="api_error", code="backend_error"))
+            await self._respond(502, error_body(f"the model's server failed mid-answer: {type(exc).__name__}",
+                                                kind="api_error", code="backend_error"))
             return
-        try:
-            answer = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            answer = None
-        p, c = usage_of(answer)
-        if p is not None:
-            row.update(prompt_tokens=p, prompt_source="usage")
-        if c is not None:
-            row.update(completion_tokens=c, completion_source="usage")
+        content_type = _content_type(relay.headers.get(b"content-type"))
+        if content_type.startswith(b"text/event-stream"):
+            # a stream where the request was read as none: metered as one, never billed as 0
+            meter = self._meter(as_sent=True)
+            data = meter.feed(data) + meter.flush()
+            if meter.prompt_tokens is not None:
+                row.update(prompt_tokens=meter.prompt_tokens, prompt_source="usage")
+            row.update(completion_tokens=meter.completion_tokens, completion_source=meter.completion_source)
+        else:
+            data = self.gw.scrub_bytes(data)
+            answer = backend_errors.parse(data)
+            p, c = usage_of(answer)
+            if p is not None:
+                row.update(prompt_tokens=p, prompt_source="usage")
+            if c is not None:
+                row.update(completion_tokens=c, completion_source="usage")
+            elif (texts := answer_texts(answer)):  # no usage: the answer's text, counted by the backend
+                model = self.body.get("model")
+                with contextlib.suppress(HttpError, OSError, TimeoutError, ConnectFailed):
+                    counted = await self._count_tokens([{"model": model, "prompt": t, "add_special_tokens": False}
+                                                        for t in texts])
+                    if counted is not None:
+                        row.update(completion_tokens=counted, completion_source="tokenize")
         self._first_byte(t_sent, relay.t_first or time.perf_counter())
         await self._settle_prompt()
         self._meter_completion(row["completion_tokens"])
@@ -630,8 +747,7 @@ class _Forward:
         fut = self.gw.finish(self.usage, self.labels)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(fut), self.gw.config.commit_timeout_s)
-        await respond(self._send, 200, data, content_type=relay.headers.get(b"content-type", b"application/json"),
-                      extra=[(b"x-request-id", row["request_id"].encode())])
+        await self._respond(200, data, content_type=content_type)
 
     async def _pump(self, relay: Relay, t_sent: float, meter: StreamMeter) -> None:
         row = self.usage.row
@@ -660,9 +776,9 @@ class _Forward:
             if tail:
                 await self.send({"type": "http.response.body", "body": tail, "more_body": True})
                 self.delivered = meter.done and meter.error is None
-        except (HttpError, OSError, TimeoutError) as exc:  # the backend went away mid-stream: say so in the stream
+        except (HttpError, OSError, TimeoutError):  # the backend went away mid-stream: say so in the stream
             row.update(status="backend_cut", http_status=502, completion_source=meter.completion_source)
-            self.backend.mark_down(f"cut a stream ({type(exc).__name__})")
+            self.gw.router.confirm(self.backend)  # down for everyone only if its poll says so too
             with contextlib.suppress(Exception):
                 await self.send({"type": "http.response.body", "more_body": False, "body": b"data: " + error_body(
                     "the model's server stopped mid-answer", kind="api_error", code="backend_error") + b"\n\n"})

@@ -35,6 +35,8 @@ RestartSec=2
 KillSignal=SIGTERM
 TimeoutStopSec=20
 NoNewPrivileges=yes
+# open files: a client connection and its backend connection each (--max-connections 4096: ~8,300)
+LimitNOFILE=65536
 
 [Install]
 WantedBy=default.target

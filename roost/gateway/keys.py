@@ -11,7 +11,9 @@ import hashlib
 import hmac
 import re
 import secrets
+import unicodedata
 from typing import Literal
+from urllib.parse import unquote_to_bytes
 
 from pydantic import BaseModel, Field
 
@@ -68,3 +70,27 @@ def bearer_token(authorization: str | None) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
+
+
+_EXT_VALUE = re.compile(rb"(?i)utf-8'[a-z0-9-]*'((?:%[0-9a-f]{2}|[a-z0-9!#$&+.^_`|~-])*)")
+MAX_USER = 320
+"""Characters of a forwarded user kept (an e-mail address is at most 320)."""
+
+
+def forwarded_user(raw: bytes | None) -> str | None:
+    """The user a trusted front end names in its header, as text: an RFC 8187 ``UTF-8''...`` value
+    percent-decoded, else the raw bytes as UTF-8 (aiohttp, Open WebUI's client, sends them so) or, when
+    they are not UTF-8, as Latin-1; NFC-normalized so one person is one string however it was
+    composed, control characters dropped, at most :data:`MAX_USER` characters. None when empty."""
+    if raw is None:
+        return None
+    value = raw.strip()
+    ext = _EXT_VALUE.fullmatch(value)
+    if ext is not None:
+        value = unquote_to_bytes(ext.group(1))
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        text = value.decode("latin-1")
+    text = "".join(ch for ch in unicodedata.normalize("NFC", text) if unicodedata.category(ch) != "Cc").strip()
+    return text[:MAX_USER] or None

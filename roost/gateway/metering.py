@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
@@ -82,34 +84,47 @@ def usage_of(obj: Any) -> tuple[int | None, int | None]:
     return (p if type(p) is int else None), (c if type(c) is int else None)
 
 
-def upstream_stream_options(body: dict[str, Any]) -> tuple[bool, bool]:
-    """Ask the backend for usage on every chunk of a streamed request (edits ``body``); returns what
-    the client itself asked for: ``(include_usage, continuous_usage_stats)``."""
-    opts = body.get("stream_options")
-    opts = dict(opts) if isinstance(opts, dict) else {}
-    wants = (bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")))
-    opts["include_usage"] = True
-    opts["continuous_usage_stats"] = True
-    body["stream_options"] = opts
-    return wants
-
-
-def stream_shape(endpoint: Endpoint, body: dict[str, Any]) -> tuple[int, int]:
-    """``(prompts, choices per prompt)`` of a request: what a stream's choice indices range over."""
-    n = body.get("n")
-    per_prompt = n if type(n) is int and n >= 1 else 1
-    prompts = len(_prompts(body.get("prompt"))) if endpoint == "completions" else 1
-    return max(prompts, 1), per_prompt
+def answer_texts(answer: Any) -> list[str]:
+    """The generated text of a whole (non-streamed) answer, per choice: a chat message's content, its
+    reasoning and its tool calls' names and arguments, or a completion's text. What a backend that gives
+    no usage is billed by (counted with ``/tokenize``)."""
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    texts: list[str] = []
+    for choice in choices if isinstance(choices, list) else []:
+        if not isinstance(choice, dict):
+            continue
+        message = choice.get("message")
+        if isinstance(message, dict):
+            parts = [message.get("reasoning") or message.get("reasoning_content"), message.get("content")]
+            calls = message.get("tool_calls")
+            for call in calls if isinstance(calls, list) else []:
+                fn = call.get("function") if isinstance(call, dict) else None
+                if isinstance(fn, dict):
+                    parts += [fn.get("name"), fn.get("arguments")]
+        else:
+            parts = [choice.get("text")]
+        text = "".join(p for p in parts if isinstance(p, str))
+        if text:
+            texts.append(text)
+    return texts
 
 
 class StreamMeter:
     """Reads a streamed answer's server-sent events as they pass: counts tokens, notes the end, an
     error event, and gives back each event as the client asked for it (usage removed where the client
-    did not ask for it). ``prompts`` and ``per_prompt`` (:func:`stream_shape`) say how many choices the
-    answer has and which prompt each one answers."""
+    did not ask for it). ``prompts`` and ``per_prompt`` (:class:`~roost.gateway.request.Reading`) say how many choices the
+    answer has and which prompt each one answers. ``error_event`` renders what the client gets for an
+    error event (the backend's is never passed on as it came); an event holding any of ``secret_forms``
+    is passed through ``scrub`` first."""
 
     def __init__(self, *, client_include_usage: bool = True, client_continuous: bool = True, prompts: int = 1,
-                 per_prompt: int = 1) -> None:
+                 per_prompt: int = 1, error_event: Callable[[dict[str, Any]], bytes] | None = None,
+                 secret_forms: tuple[bytes, ...] = (), scrub: Callable[[bytes], bytes] | None = None) -> None:
+        self.error_event = error_event
+        self.scrub = scrub
+        # one search a block, not one per event and form: the forms as one pattern
+        self._secrets = re.compile(b"|".join(re.escape(f) for f in secret_forms)) if secret_forms and scrub else None
+        self._suspect = False  # the buffered events hold a secret form
         self.client_include_usage = client_include_usage
         self.client_continuous = client_continuous
         self.prompts, self.per_prompt = max(prompts, 1), max(per_prompt, 1)
@@ -156,6 +171,8 @@ class StreamMeter:
     def feed(self, data: bytes) -> bytes:
         """Bytes from the backend -> bytes for the client (complete events only; a partial event waits)."""
         self._buf += data
+        if self._secrets is not None:
+            self._suspect = self._secrets.search(self._buf) is not None
         out: list[bytes] = []
         while True:
             cut = self._buf.find(b"\n\n")
@@ -173,6 +190,8 @@ class StreamMeter:
         return self._event(rest) if rest.strip() else b""
 
     def _event(self, event: bytes) -> bytes:
+        if self._suspect and self.scrub is not None:
+            event = self.scrub(event)
         line = event.strip()
         if not line.startswith(b"data:"):
             return event
@@ -187,10 +206,10 @@ class StreamMeter:
         if not isinstance(obj, dict):
             return event
         self.events += 1
-        if "error" in obj and "choices" not in obj:
+        if ("error" in obj or obj.get("object") == "error") and "choices" not in obj:
             err = obj.get("error")
             self.error = str(err.get("message") if isinstance(err, dict) else err)[:300]
-            return event
+            return self.error_event(obj) if self.error_event is not None else event
         choices = obj.get("choices")
         indices: list[int] = []
         for choice in choices if isinstance(choices, list) else []:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-STATUSES = ("ok", "client_disconnected", "client_timeout", "backend_cut", "backend_unreachable")
+STATUSES = ("ok", "client_disconnected", "client_timeout", "backend_cut", "backend_unreachable", "gateway_error")
 """How a forwarded request ended (besides ``http_<code>``)."""
 
 # Metric names (prometheus_client adds ``_total`` to counters on exposition; the ``*_TOTAL`` names are
@@ -52,7 +52,8 @@ class GatewayMetrics:
         self.errors = Counter("roost_gateway_errors", "Forwarded requests that did not end ok, by reason.",
                               ["key", "kind", "model", "reason"], registry=r)
         self.refused = Counter("roost_gateway_refused", "Requests refused before forwarding, by reason "
-                               "(unauthorized, too_large, slow_body, bad_request, unknown_model, backend_down).",
+                               "(unauthorized, too_large, slow_body, bad_request, unknown_model, backend_down; before a request "
+                               "is read: headers_too_large, request_timeout, too_many_connections).",
                                ["reason"], registry=r)
         self.added_latency = Histogram(ADDED_LATENCY,
                                        "Time the gateway adds before a response's first byte: request received -> "

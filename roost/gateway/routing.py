@@ -26,6 +26,10 @@ from roost.vllm.client import VllmClient, display_url, normalize_base_url
 log = logging.getLogger("roost.gateway")
 
 
+MODEL_FIELDS = ("id", "object", "created", "owned_by", "max_model_len")
+"""What the gateway's ``/v1/models`` tells clients of each model (OpenAI's fields and the context window)."""
+
+
 class ModelNotFound(Exception):
     def __init__(self, model: str, available: list[str]) -> None:
         super().__init__(model)
@@ -53,6 +57,7 @@ class Backend:
         self.status = "not polled yet"
         self.polled_at = 0.0
         self.in_flight = 0
+        self.confirming: asyncio.Task[None] | None = None  # a poll asked for by a failed request
 
     @property
     def model_ids(self) -> list[str]:
@@ -145,6 +150,9 @@ class Router:
         self._task = asyncio.get_running_loop().create_task(self.run(), name="backend-poller")
 
     async def close(self) -> None:
+        for b in self.backends.values():
+            if b.confirming is not None:
+                b.confirming.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -153,18 +161,27 @@ class Router:
             with contextlib.suppress(Exception):
                 await b.client.aclose()
 
+    def confirm(self, backend: Backend) -> None:
+        """A request saw ``backend`` fail mid-answer (a cut stream): poll it now. One failure a client or a
+        request may have caused does not take a backend away from every client: its poll decides."""
+        if backend.confirming is None or backend.confirming.done():
+            backend.confirming = asyncio.get_running_loop().create_task(
+                backend.poll(timeout_s=max(self.connect_timeout_s, 2.0)), name="backend-confirm")
+
     def direct_expected(self) -> set[str]:
         """Models whose registered server a roost benchmark is measuring directly now (as of the last
         registry read): their vLLM traffic bypasses the gateway on purpose."""
         return set(self._direct)
 
     def models(self) -> list[dict[str, Any]]:
-        """The union of the backends' models (first listing of each id), as ``/v1/models`` data."""
+        """The union of the backends' models (first listing of each id), as ``/v1/models`` data: the
+        fields clients read (:data:`MODEL_FIELDS`), never a backend's ``root`` (the weights' path on its
+        disk) or anything else it lists."""
         seen: dict[str, dict[str, Any]] = {}
         for b in self.backends.values():
             if b.up:
                 for m in b.models:
-                    seen.setdefault(str(m["id"]), m)
+                    seen.setdefault(str(m["id"]), {k: m[k] for k in MODEL_FIELDS if k in m})
         return list(seen.values())
 
     def _candidates(self, model: str) -> tuple[list[Backend], list[Backend]]:

@@ -1,5 +1,6 @@
 """Running the gateway: bind the port (a UserError when it is taken), start uvicorn on uvloop and
-httptools, say where it listens, stop cleanly on SIGTERM/SIGINT (queued usage rows are committed)."""
+httptools under the connection limits (``connections``), say where it listens, stop cleanly on
+SIGTERM/SIGINT (queued usage rows are committed)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import uvicorn
 
 from roost.errors import UserError
 from roost.gateway.app import Gateway, GatewayConfig
+from roost.gateway.connections import ConnectionBook, ConnectionLimits, protocol_class, raise_fd_limit
 from roost.gateway.db import GatewayDB
 from roost.gateway.routing import Router
 
@@ -32,8 +34,11 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(gw: Gateway, host: str, port: int, *, access_log: bool = True) -> None:
-    """Serve ``gw`` on ``host:port`` until SIGTERM or SIGINT."""
+def serve(gw: Gateway, host: str, port: int, *, access_log: bool = True,
+          limits: ConnectionLimits | None = None) -> None:
+    """Serve ``gw`` on ``host:port`` under ``limits`` (default :class:`ConnectionLimits`) until SIGTERM or
+    SIGINT."""
+    limits = limits or ConnectionLimits()
     sock = bind(host, port)
     logger = logging.getLogger("roost.gateway")
     if not logger.handlers:
@@ -42,9 +47,13 @@ def serve(gw: Gateway, host: str, port: int, *, access_log: bool = True) -> None
         logger.addHandler(handler)
     logger.setLevel(logging.INFO if access_log else logging.WARNING)
     logger.propagate = False
-    config = uvicorn.Config(gw.app, lifespan="on", http="httptools", loop="none", interface="asgi3", access_log=False,
-                            log_level="warning", timeout_keep_alive=30, timeout_graceful_shutdown=10,
-                            server_header=False)
+    book = ConnectionBook(limits, max_connections=raise_fd_limit(limits.max_connections),
+                          on_refused=lambda reason: gw.metrics.refused.labels(reason).inc())
+    # uvicorn types timeout_keep_alive as int; it is handed to loop.call_later, which takes any seconds
+    config = uvicorn.Config(gw.app, lifespan="on", http=protocol_class(book), ws="none", loop="none",
+                            interface="asgi3", access_log=False, log_level="warning",
+                            timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
+                            timeout_graceful_shutdown=10, server_header=False)
     server = uvicorn.Server(config)
 
     async def main() -> None:

@@ -84,11 +84,15 @@ def _replace(client: Any, name: str) -> None:
 
 
 def prometheus_volumes(out: Path, mount: Mount) -> dict[str, dict[str, str]]:
+    """The rendered Prometheus folder at ``/etc/prometheus``, or its files one by one (the gateway's
+    metrics token file too when there is one: ``prometheus.yml`` names it relative to itself)."""
     folder = (out / PROMETHEUS_DIR).resolve()
     if mount == "dir":
         return {str(folder): {"bind": "/etc/prometheus", "mode": "ro"}}
-    return {str(folder / name): {"bind": f"/etc/prometheus/{name}", "mode": "ro"}
-            for name in (scrape.CONFIG_FILE, scrape.RULES_FILE)}
+    names = [scrape.CONFIG_FILE, scrape.RULES_FILE]
+    if (folder / scrape.GATEWAY_TOKEN_FILE).is_file():
+        names.append(scrape.GATEWAY_TOKEN_FILE)
+    return {str(folder / name): {"bind": f"/etc/prometheus/{name}", "mode": "ro"} for name in names}
 
 
 def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 90.0) -> MonitorState:

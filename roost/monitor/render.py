@@ -4,21 +4,32 @@ Layout (the folders ``roost monitor up`` mounts)::
 
     DIR/prometheus/prometheus.yml        scrape jobs vllm + llm-gateway
     DIR/prometheus/rules.yml             alert rules
+    DIR/prometheus/gateway-metrics-token the gateway's metrics token (only when one is configured)
     DIR/grafana/provisioning/datasources/roost.yml
     DIR/grafana/provisioning/dashboards/roost.yml
     DIR/grafana/dashboards/vllm-command-center.json
 
 A file whose content is unchanged is not rewritten (Prometheus and Grafana see no change).
+
+The gateway's metrics token (``ROOST_GATEWAY_METRICS_TOKEN`` where ``roost monitor render``/``up``
+run) goes into its own file, never into ``prometheus.yml``, the output or a log line. A re-render
+without the variable (a landing's) keeps the file written last time while the recorded state says a
+token is in use (:attr:`RenderOptions.keep_gateway_token`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from pydantic import SecretStr
 
 from roost.errors import UserError
 from roost.gateway.registry import Registration
@@ -41,6 +52,10 @@ class RenderOptions:
     prometheus_url: str = "http://127.0.0.1:9090"  # as Grafana reaches it
     scrape: scrape.ScrapeSettings = field(default_factory=scrape.ScrapeSettings)
     rules: rules.RuleSettings = field(default_factory=rules.RuleSettings)
+    gateway_token: SecretStr | None = field(default=None, repr=False)
+    """The gateway's metrics token: written beside ``prometheus.yml`` and sent by the gateway job."""
+    keep_gateway_token: bool = False
+    """No token given, but one is in use: the gateway job keeps sending the file written earlier."""
 
 
 @dataclass
@@ -48,12 +63,79 @@ class Rendered:
     out: Path
     targets: Targets
     changed: list[str]
+    gateway_token: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {"out": str(self.out), "vllm_targets": [t.address for t in self.targets.vllm],
                 "gateway_target": self.targets.gateway,
                 "decode_floors": {f.model_name: round(f.tok_s, 3) for f in self.targets.floors},
-                "changed": self.changed}
+                "changed": self.changed, "gateway_token": self.gateway_token}
+
+
+def gateway_token_from_env() -> SecretStr | None:
+    """``ROOST_GATEWAY_METRICS_TOKEN`` as the gateway checks it (a UserError naming the variable, never
+    its value, when it is not a usable token); None when unset."""
+    from roost.gateway.access import TOKEN_ENV, check_token
+
+    value = os.environ.get(TOKEN_ENV)
+    return check_token(value, TOKEN_ENV) if value else None
+
+
+def _private_folder(out: Path) -> None:
+    """Make ``out`` (the folder above the mounted ``prometheus/``) reachable by its owner only.
+
+    Why the token file is 0644 and this folder 0700, not the file 0600: the official Prometheus
+    image runs as ``nobody`` (65534) and roost runs as an ordinary user, who cannot chown a file to
+    65534; a 0600 file of that user is unreadable to Prometheus in the container. Inside the
+    container only the mounted folder's own mode counts (``/etc/prometheus`` is the bind mount's
+    root; its host ancestors are never looked up there), so a world-readable file in it is readable
+    by whatever user the image runs as, while on the host nobody but the owner (and root) gets past
+    ``out``. A Prometheus run on the host by another user needs to be given access to ``out``.
+    """
+    try:
+        mode = out.stat().st_mode
+        if mode & 0o077:
+            os.chmod(out, stat.S_IMODE(mode) & 0o700)
+    except PermissionError as exc:
+        raise UserError(f"cannot make {out} private for the gateway's metrics token ({exc.strerror}): give --out a "
+                        "folder of your own") from None
+
+
+def _write_token(path: Path, token: SecretStr) -> bool:
+    """Write the token file atomically (mode 0644, in the private folder above); False when unchanged."""
+    data = token.get_secret_value().encode() + b"\n"
+    with contextlib.suppress(OSError):
+        if path.is_file() and path.read_bytes() == data and stat.S_IMODE(path.stat().st_mode) == 0o644:
+            return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # 0600 while written
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            os.fchmod(f.fileno(), 0o644)
+        os.replace(tmp_name, path)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+    return True
+
+
+def _gateway_token(out: Path, options: RenderOptions) -> tuple[bool, list[str]]:
+    """Write or keep the token file: (does the gateway job send a token, files changed). A token file
+    no longer wanted is removed by :func:`render` once the config that read it is replaced."""
+    rel = f"{PROMETHEUS_DIR}/{scrape.GATEWAY_TOKEN_FILE}"
+    path = out / rel
+    if options.gateway_token is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        _private_folder(out)
+        return True, [rel] if _write_token(path, options.gateway_token) else []
+    if options.keep_gateway_token:
+        if not path.is_file():
+            log.warning("the gateway's metrics token was set up but %s is gone: the gateway's scrape will fail until "
+                        "roost monitor render runs with ROOST_GATEWAY_METRICS_TOKEN set", path)
+        return True, []
+    return False, []
 
 
 def _floor_for(run_id: str, results: Path | None) -> DecodeFloor | None:
@@ -95,14 +177,19 @@ def render(out: Path, options: RenderOptions, results: Path | None = None, targe
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file: give a folder for the monitoring files")
     targets = targets if targets is not None else gather(options, results)
+    try:
+        # the token first: the config that sends it is never there without it
+        token, changed = _gateway_token(out, options)
+    except PermissionError as exc:
+        raise UserError(f"cannot write the gateway's metrics token under {out}: {exc.strerror}") from None
     files = {
-        f"{PROMETHEUS_DIR}/{scrape.CONFIG_FILE}": _dump_yaml(scrape.prometheus_config(targets, options.scrape)),
+        f"{PROMETHEUS_DIR}/{scrape.CONFIG_FILE}": _dump_yaml(scrape.prometheus_config(targets, options.scrape,
+                                                                                     gateway_token=token)),
         f"{PROMETHEUS_DIR}/{scrape.RULES_FILE}": _dump_yaml(rules.rules(options.rules, targets.floors, options.scrape.scrape_interval)),
         DASHBOARD_FILE: json.dumps(dashboard.dashboard(), indent=2) + "\n",
         DATASOURCES_FILE: _dump_yaml(grafana.datasources(options.prometheus_url)),
         PROVIDERS_FILE: _dump_yaml(grafana.dashboard_providers()),
     }
-    changed = []
     try:
         for rel, text in files.items():
             path = out / rel
@@ -111,6 +198,10 @@ def render(out: Path, options: RenderOptions, results: Path | None = None, targe
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, text, overwrite=True)
             changed.append(rel)
+        stale = out / PROMETHEUS_DIR / scrape.GATEWAY_TOKEN_FILE
+        if not token and stale.exists():  # after the config that read it is gone
+            stale.unlink()
+            changed.append(f"{PROMETHEUS_DIR}/{scrape.GATEWAY_TOKEN_FILE}")
     except PermissionError as exc:
         raise UserError(f"cannot write the monitoring files under {out}: {exc.strerror}") from None
-    return Rendered(out, targets, changed)
+    return Rendered(out, targets, changed, token)

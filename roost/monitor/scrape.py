@@ -1,5 +1,7 @@
 """``prometheus.yml``: the ``vllm`` job over every kept server on the host and the ``llm-gateway`` job
-(the recipe's two jobs), reading the rule file beside it."""
+(the recipe's two jobs), reading the rule file beside it. With a gateway metrics token the gateway
+job sends it as a bearer token read from :data:`GATEWAY_TOKEN_FILE` beside the config (never from
+the config itself: ``roost.monitor.render`` writes that file)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,11 @@ from roost.monitor.targets import Targets
 
 RULES_FILE = "rules.yml"
 CONFIG_FILE = "prometheus.yml"
+GATEWAY_TOKEN_FILE = "gateway-metrics-token"
+"""The gateway's metrics token, beside ``prometheus.yml``. Named relative to it: Prometheus resolves a
+relative ``credentials_file`` against the config file's folder, so the one rendered config reads
+``/etc/prometheus/gateway-metrics-token`` in ``roost monitor up``'s container (the folder mounted
+there) and the rendered file itself for a Prometheus run on the host."""
 
 
 @dataclass(frozen=True)
@@ -19,19 +26,23 @@ class ScrapeSettings:
     evaluation_interval: str = "15s"
 
 
-def prometheus_config(targets: Targets, settings: ScrapeSettings) -> dict[str, Any]:
+def prometheus_config(targets: Targets, settings: ScrapeSettings, *, gateway_token: bool = False) -> dict[str, Any]:
     """The configuration document. Each vLLM target carries the roost host and the landing run that
-    started it as labels (vLLM's own series carry ``model_name``)."""
+    started it as labels (vLLM's own series carry ``model_name``). ``gateway_token``: the gateway job
+    authenticates with the token in :data:`GATEWAY_TOKEN_FILE`."""
     vllm = [{"targets": [t.address], "labels": {k: v for k, v in (("roost_host", t.roost_host),
                                                                   ("landing_run_id", t.run_id)) if v}}
             for t in targets.vllm]
+    gateway: dict[str, Any] = {"job_name": q.GATEWAY_JOB, "metrics_path": "/metrics"}
+    if gateway_token:
+        gateway["authorization"] = {"type": "Bearer", "credentials_file": GATEWAY_TOKEN_FILE}
+    gateway["static_configs"] = [{"targets": [targets.gateway]}]
     return {
         "global": {"scrape_interval": settings.scrape_interval, "evaluation_interval": settings.evaluation_interval},
         "rule_files": [RULES_FILE],
         "scrape_configs": [
             {"job_name": q.VLLM_JOB, "metrics_path": "/metrics", "static_configs": vllm},
-            {"job_name": q.GATEWAY_JOB, "metrics_path": "/metrics",
-             "static_configs": [{"targets": [targets.gateway]}]},
+            gateway,
         ],
     }
 

@@ -1,5 +1,6 @@
 """What ``roost monitor render``/``up`` set up on this machine, so landings keep it in step
-(``<roost home>/monitor/monitor.json``, or ``ROOST_MONITOR_STATE``). Holds no secret."""
+(``<roost home>/monitor/monitor.json``, or ``ROOST_MONITOR_STATE``). Holds no secret: whether the
+gateway is scraped with its metrics token is recorded, the token is only in the rendered folder."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from roost.errors import UserError
-from roost.monitor.render import RenderOptions
+from roost.monitor.render import RenderOptions, gateway_token_from_env
 from roost.monitor.rules import RuleSettings
 from roost.monitor.scrape import ScrapeSettings
 from roost.settings import roost_home
@@ -28,12 +29,17 @@ class MonitorState(BaseModel):
     scrape_interval: str = "15s"
     evaluation_interval: str = "15s"
     rules: dict[str, object] = Field(default_factory=dict, description="RuleSettings fields that differ.")
+    gateway_token: bool = Field(default=False, description="The gateway is scraped with its metrics token "
+                                "(ROOST_GATEWAY_METRICS_TOKEN where render/up ran); re-renders without the "
+                                "variable, as landings do, keep the token file written then.")
 
     def options(self) -> RenderOptions:
+        """What to render; the gateway's metrics token is ``ROOST_GATEWAY_METRICS_TOKEN`` when set here."""
         return RenderOptions(host=self.host, gateway=self.gateway,
                              prometheus_url=self.prometheus_url or "http://127.0.0.1:9090",
                              scrape=ScrapeSettings(self.scrape_interval, self.evaluation_interval),
-                             rules=RuleSettings(**self.rules))  # type: ignore[arg-type]
+                             rules=RuleSettings(**self.rules),  # type: ignore[arg-type]
+                             gateway_token=gateway_token_from_env(), keep_gateway_token=self.gateway_token)
 
 
 def state_path() -> Path:

@@ -71,6 +71,7 @@ class Connection(asyncio.Protocol):
         self.idle_since = time.monotonic()
         self.on_idle: Callable[[Connection], None] | None = None  # a draining response's way back to the pool
         self.gone = False
+        self.received = 0  # bytes of the current request's response received (any, parsed or not)
         self._state = _DONE
         self._buf = b""
         self._remaining = 0
@@ -87,6 +88,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         t = time.perf_counter()
+        self.received += len(data)
         sink = self.sink
         if sink is None:  # bytes nobody asked for: the connection cannot be trusted again
             self.reusable = False
@@ -132,6 +134,7 @@ class Connection(asyncio.Protocol):
         self.sink = sink
         self._state = _HEAD
         self._buf = b""
+        self.received = 0
         self.transport.write(request)
 
     @property

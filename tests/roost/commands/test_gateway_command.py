@@ -135,6 +135,8 @@ def test_install_writes_a_unit_systemd_accepts(capsys: pytest.CaptureFixture[str
     unit = (tmp_path / "units" / "roost-gateway.service").read_text()
     assert "gateway serve --host 0.0.0.0 --port 8080 --backend http://127.0.0.1:8004" in unit
     assert f"EnvironmentFile=-{tmp_path / 'gateway.env'}" in unit and "upstream-not-for-the-unit" not in unit
+    service = unit.split("[Service]")[1].split("[Install]")[0]
+    assert "\nLimitNOFILE=65536\n" in service  # 2 files a connection: --max-connections 4096 fits
     env = (tmp_path / "gateway.env")
     assert "VLLM_API_KEY=upstream-not-for-the-unit" in env.read_text() and env.stat().st_mode & 0o777 == 0o600
     assert f"ROOST_GATEWAY_DB={db}" in env.read_text()
@@ -162,6 +164,10 @@ def test_install_writes_a_unit_systemd_accepts(capsys: pytest.CaptureFixture[str
      "roost: error: No such option: --prot (Possible options: --host, --port) (see `roost gateway serve --help`)"),
     (["gateway", "serve", "--port", "99999"], "roost: error: Invalid value for '--port': Input should be less than or "
      "equal to 65535 (see `roost gateway serve --help`)"),
+    (["gateway", "serve", "--max-header-kb", "2048"], "roost: error: Invalid value for '--max-header-kb': Input "
+     "should be less than or equal to 1024 (see `roost gateway serve --help`)"),
+    (["gateway", "serve", "--max-connections-per-client", "0"], "roost: error: Invalid value for "
+     "'--max-connections-per-client': Input should be greater than or equal to 1 (see `roost gateway serve --help`)"),
     (["gateway", "key", "sync-tailscale", "--status-json", "/nonexistent.json"],
      "roost: error: --status-json /nonexistent.json: no such file"),
 ])

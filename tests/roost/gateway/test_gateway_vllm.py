@@ -5,6 +5,7 @@ reported for the same requests, key by key. A client leaving mid-stream makes vL
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.gateway import GatewayProcess, add_key, usage_rows, wait_rows
+from support.gateway import GatewayProcess, add_key, usage_rows, wait_row, wait_rows
 
 from roost.vllm import prometheus
 
@@ -176,3 +177,69 @@ def test_several_choices_and_prompts_are_billed_whole(vllm_gateway: GatewayProce
         assert (row["prompt_tokens"], row["completion_tokens"]) == (plain["prompt_tokens"],
                                                                    plain["completion_tokens"]), (path, row, plain)
     assert "roost_gateway_prompt_count_mismatch_total{" not in gw.metrics()
+
+
+def _direct_usage(vllm: Any, path: str, body: dict[str, Any]) -> dict[str, int]:
+    """vLLM's usage for ``body`` sent straight to it, not streamed."""
+    whole = {k: v for k, v in body.items() if k != "stream"}
+    resp = httpx.post(f"{vllm.base_url}/v1/{path}", json=whole, timeout=60,
+                      headers={"Authorization": f"Bearer {vllm.api_key}"})
+    assert resp.status_code == 200, resp.text
+    usage: dict[str, int] = resp.json()["usage"]
+    return usage
+
+
+@pytest.mark.parametrize(("path", "extra", "choices"), [
+    ("chat/completions", {"stream": "true"}, 1),
+    ("chat/completions", {"stream": 1}, 1),
+    ("chat/completions", {"stream": "yes"}, 1),
+    # two prompts, two choices each (n spelled as a string), sampled: n > 1 is not greedy
+    ("completions", {"stream": "on", "n": "2", "temperature": 1, "seed": 7}, 4),
+], ids=["chat-stream-'true'", "chat-stream-1", "chat-stream-'yes'", "completions-stream-'on'-n-'2'"])
+def test_a_stream_spelled_as_vllm_reads_it_is_streamed_and_billed_whole(
+        vllm_gateway: GatewayProcess, vllm_server: Any, path: str, extra: dict[str, Any], choices: int) -> None:
+    """``"stream": "true"`` (or ``1``, ``"yes"``, ``"on"``) is a stream to vLLM: the client gets an event
+    stream, and the gateway bills every token of it, as vLLM counts them, not 0."""
+    gw = vllm_gateway
+    key = add_key(gw.db_url, f"speller-{os.urandom(4).hex()}", "device")
+    max_tokens = 5
+    request = ({"messages": [{"role": "user", "content": "spell a stream"}]} if path == "chat/completions"
+               else {"prompt": ["one two three", "four five"]})
+    body = {"model": "tiny", **request, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, **extra}
+    with httpx.stream("POST", f"{gw.url}/v1/{path}", json=body, timeout=60,
+                      headers={"Authorization": f"Bearer {key}"}) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream"), resp.headers
+        request_id = resp.headers["x-request-id"]
+        data = [line for line in resp.iter_lines() if line.startswith("data: ")]
+    assert data[-1] == "data: [DONE]", data[-3:]
+    chunks = [json.loads(line[6:]) for line in data[:-1]]
+    assert chunks and all("usage" not in c for c in chunks), chunks[-1]  # the client did not ask for usage
+    assert {c["index"] for chunk in chunks for c in chunk["choices"]} == set(range(choices))
+    row = wait_row(gw.db_url, lambda r: r["request_id"] == request_id)
+    direct = _direct_usage(vllm_server, path, body)
+    assert direct["completion_tokens"] == max_tokens * choices  # ignore_eos: exactly max_tokens per choice
+    assert (row["stream"], row["status"], row["completion_source"]) == (True, "ok", "usage"), row
+    assert row["completion_tokens"] == max_tokens * choices, row
+    assert row["prompt_tokens"] == direct["prompt_tokens"], (row, direct)
+
+
+def test_a_stream_vllm_would_refuse_is_refused_and_not_forwarded(vllm_gateway: GatewayProcess) -> None:
+    """``"stream": "maybe"``: vLLM would refuse it, so the gateway does, naming the field, and forwards
+    nothing (no usage row)."""
+    gw = vllm_gateway
+    key = add_key(gw.db_url, "maybe", "device")
+    headers = {"Authorization": f"Bearer {key}"}
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": "maybe"}
+    before = len(usage_rows(gw.db_url))
+    resp = httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=60, headers=headers)
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["param"] == "stream" and "stream" in err["message"], err
+    # a request after it, whose row is awaited: had the refused one been forwarded, its row would be there too
+    after = httpx.post(f"{gw.url}/v1/chat/completions", json={**body, "stream": False}, timeout=60, headers=headers)
+    assert after.status_code == 200, after.text
+    wait_row(gw.db_url, lambda r: r["request_id"] == after.headers["x-request-id"])
+    rows = usage_rows(gw.db_url)
+    assert len(rows) == before + 1 and [r["key_name"] for r in rows[before:]] == ["maybe"], rows[before:]
+

@@ -10,10 +10,8 @@ import pytest
 from roost.gateway.keys import bearer_token, check_name, digest, new_key
 from roost.gateway.metering import (
     StreamMeter,
-    stream_shape,
     tokenize_bodies,
     tokenize_count,
-    upstream_stream_options,
 )
 
 
@@ -100,15 +98,6 @@ def test_the_whole_requests_usage_outranks_the_choices() -> None:
     assert (odd.completion_tokens, odd.prompt_tokens) == (2, 1)
 
 
-def test_stream_shape_reads_prompts_and_choices() -> None:
-    assert stream_shape("chat", {"n": 4, "messages": []}) == (1, 4)
-    assert stream_shape("completions", {"prompt": ["a", "b", [1, 2]], "n": 2}) == (3, 2)
-    assert stream_shape("completions", {"prompt": [1, 2, 3]}) == (1, 1)  # one prompt, as token ids
-    assert stream_shape("completions", {"prompt": "a", "n": 0}) == (1, 1)
-    assert stream_shape("completions", {"prompt": "a", "n": True}) == (1, 1)
-    assert stream_shape("chat", {"n": "3"}) == (1, 1)
-
-
 def test_tokenize_bodies_follow_the_endpoint() -> None:
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"enable_thinking": False},
             "tools": [{"type": "function"}], "max_tokens": 3}
@@ -121,13 +110,6 @@ def test_tokenize_bodies_follow_the_endpoint() -> None:
     assert tokenize_bodies("embeddings", {"model": "m", "input": "x"}) == ([], 0)
     assert tokenize_count({"count": 7, "tokens": [1]}) == 7 and tokenize_count({"tokens": [1, 2]}) == 2
     assert tokenize_count({"count": "7"}) is None and tokenize_count(None) is None
-
-
-def test_upstream_always_asks_for_usage_on_every_chunk() -> None:
-    body: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
-    assert upstream_stream_options(body) == (True, False)
-    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
-    assert upstream_stream_options({"stream": True}) == (False, False)
 
 
 def test_keys_are_random_stored_as_digests_and_named_plainly() -> None:

@@ -176,3 +176,104 @@ def test_render_command_records_the_folder_for_landings(reg: Path, tmp_path: Pat
     assert code == 0 and "1 vLLM target(s) 127.0.0.1:8004" in out
     state = load_state()
     assert state is not None and state.out == str((tmp_path / "m").resolve())  # --no-sync leaves the record alone
+
+
+# --- the gateway's metrics token -----------------------------------------------------------------
+
+TOKEN = "mt-" + "7f3a9c" * 8
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def test_a_metrics_token_goes_to_its_own_file_never_into_the_config(reg: Path, tmp_path: Path) -> None:
+    from pydantic import SecretStr
+
+    from roost.monitor.scrape import GATEWAY_TOKEN_FILE
+
+    out = tmp_path / "files"
+    out.mkdir(mode=0o755)
+    token_rel = f"prometheus/{GATEWAY_TOKEN_FILE}"
+    done = render(out, RenderOptions(gateway_token=SecretStr(TOKEN)))
+    assert token_rel in done.changed and len(done.changed) == 6
+    assert done.to_json()["gateway_token"] is True and TOKEN not in json.dumps(done.to_json()) + repr(done)
+    jobs = {j["job_name"]: j for j in yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]}
+    # relative: Prometheus reads it beside prometheus.yml (/etc/prometheus in roost monitor up's container)
+    assert jobs["llm-gateway"]["authorization"] == {"type": "Bearer", "credentials_file": GATEWAY_TOKEN_FILE}
+    assert "authorization" not in jobs["vllm"]
+    token_file = out / token_rel
+    assert token_file.read_text() == TOKEN + "\n"
+    # readable by the container's user (prom/prometheus runs as nobody) inside a folder only its owner enters
+    assert token_file.stat().st_mode & 0o777 == 0o644 and out.stat().st_mode & 0o777 == 0o700
+    assert [rel for rel, data in _files(out).items() if TOKEN.encode() in data] == [token_rel]
+    assert not [p for p in (out / "prometheus").iterdir() if p.name.startswith(".")]
+    assert render(out, RenderOptions(gateway_token=SecretStr(TOKEN))).changed == []
+    # a landing's re-render (no token in its environment) keeps the file and the authorization
+    kept = render(out, RenderOptions(keep_gateway_token=True))
+    assert kept.changed == [] and kept.gateway_token and token_file.read_text() == TOKEN + "\n"
+    rotated = render(out, RenderOptions(gateway_token=SecretStr(TOKEN[::-1])))
+    assert rotated.changed == [token_rel] and token_file.read_text() == TOKEN[::-1] + "\n"
+    # no token any more: the authorization goes, and the file after the config that read it
+    dropped = render(out, RenderOptions())
+    assert dropped.changed == ["prometheus/prometheus.yml", token_rel] and not dropped.gateway_token
+    assert not token_file.exists()
+    jobs = {j["job_name"]: j for j in yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]}
+    assert "authorization" not in jobs["llm-gateway"]
+
+
+def test_render_command_takes_the_token_from_the_environment_and_landings_keep_it(
+        reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from roost.monitor.state import load_state, state_path
+    from roost.monitor.sync import sync
+
+    out = tmp_path / "m"
+    token_file = out / "prometheus" / "gateway-metrics-token"
+    monkeypatch.setenv("ROOST_GATEWAY_METRICS_TOKEN", TOKEN)
+    code, stdout, err = roost(capsys, monkeypatch, "monitor", "render", "--out", str(out), "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["gateway_token"] is True and TOKEN not in stdout + err
+    state = load_state()
+    assert state is not None and state.gateway_token and TOKEN not in state_path().read_text()
+    # a landing: no token in its environment, a new server kept
+    monkeypatch.delenv("ROOST_GATEWAY_METRICS_TOKEN")
+    registry.register("http://127.0.0.1:8004", "ornith", "spark", "run-a")
+    synced = sync()
+    assert synced is not None and synced.rendered.gateway_token
+    assert [t.address for t in synced.rendered.targets.vllm] == ["127.0.0.1:8004"]
+    config = yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())
+    assert [j.get("authorization") for j in config["scrape_configs"]] == [
+        None, {"type": "Bearer", "credentials_file": "gateway-metrics-token"}]
+    assert token_file.read_text() == TOKEN + "\n"
+    # a user rendering again without it: the gateway is scraped without a token
+    code, stdout, err = roost(capsys, monkeypatch, "monitor", "render", "--out", str(out))
+    assert code == 0 and "metrics token" not in stdout, err
+    state = load_state()
+    assert state is not None and not state.gateway_token and not token_file.exists()
+    assert not [r for r in caplog.records if TOKEN in r.getMessage()]
+
+
+def test_render_refuses_an_unusable_token_naming_the_variable_only(
+        reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROOST_GATEWAY_METRICS_TOKEN", "has a space in it")
+    code, stdout, err = roost(capsys, monkeypatch, "monitor", "render", "--out", str(tmp_path / "m"))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "ROOST_GATEWAY_METRICS_TOKEN" in lines[0], err
+    assert "has a space" not in stdout + err and not (tmp_path / "m").exists()
+
+
+def test_a_single_file_mount_mounts_the_token_file_too(reg: Path, tmp_path: Path) -> None:
+    from pydantic import SecretStr
+
+    from roost.monitor.containers import prometheus_volumes
+
+    out = tmp_path / "files"
+    render(out, RenderOptions())
+    assert sorted(v["bind"] for v in prometheus_volumes(out, "file").values()) == [
+        "/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml"]
+    render(out, RenderOptions(gateway_token=SecretStr(TOKEN)))
+    volumes = prometheus_volumes(out, "file")
+    assert volumes[str((out / "prometheus" / "gateway-metrics-token").resolve())] == {
+        "bind": "/etc/prometheus/gateway-metrics-token", "mode": "ro"}
+    assert list(prometheus_volumes(out, "dir").values()) == [{"bind": "/etc/prometheus", "mode": "ro"}]

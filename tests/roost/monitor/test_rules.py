@@ -44,6 +44,24 @@ def test_promtool_accepts_the_rendered_config_and_rules(rendered: Path) -> None:
     assert f"{len(ALERTS)} rules found" in rules.stdout
 
 
+def test_promtool_accepts_the_gateway_job_with_its_token_file(tmp_path: Path) -> None:
+    """The token file is named relative to prometheus.yml: promtool (which checks that it exists)
+    finds it from any working directory, as Prometheus in its container finds /etc/prometheus's."""
+    from pydantic import SecretStr
+
+    out = tmp_path / "monitor"
+    targets = Targets(vllm=[ScrapeTarget(VLLM, "tiny", "spark", "run-1")], gateway="127.0.0.1:8080", floors=[FLOOR])
+    render(out, RenderOptions(gateway_token=SecretStr("t" * 40)), targets=targets)
+    config = out / "prometheus" / "prometheus.yml"
+    checked = subprocess.run([PROMTOOL, "check", "config", str(config)], capture_output=True, text=True, timeout=120,
+                             cwd="/")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "t" * 40 not in config.read_text()
+    (out / "prometheus" / "gateway-metrics-token").unlink()
+    missing = _promtool("check", "config", str(config))
+    assert missing.returncode != 0 and "gateway-metrics-token" in missing.stdout + missing.stderr
+
+
 # --- promtool test rules -------------------------------------------------------------------------
 
 def _rules(rendered: Path) -> dict[str, dict[str, Any]]:
