@@ -8,7 +8,8 @@ connects from 127.0.0.2 (the keyed client from 127.0.0.1), over raw sockets. Mea
 
 - the gateway's RSS (``/proc/<pid>/status`` VmRSS) before, while one peer holds a maximal request head
   (64 KiB less one byte, never completed), while the peer holds its cap of them (512 x 64 KiB: +35.9 MiB
-  measured with ``--quick``; the table below is of the earlier default, 256), and while and after a peer sends a 64 MiB header (the bytes the gateway took before its 431, the
+  measured with ``--quick``; the table below is of the earlier default, 256), and while
+  and after a peer sends a 64 MiB header (the bytes the gateway took before its 431, the
   answer, when it came);
 - keyed chat completions (``max_tokens`` 1), p50 and max, on a new connection each and on one kept-alive
   connection: with no attacker, with a peer holding its cap of idle connections, and with a peer
