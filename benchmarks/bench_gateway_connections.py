@@ -314,17 +314,12 @@ def main() -> None:
             idle_open.append(open_count(socks))
         # "held" is how many of the peer's connections were still open when the requests were done (the
         # head deadline, 10 s from their accept, closes the rest)
-        rows.append((f"keyed requests, new connection each, p50 / max ms (n={n}): no attacker", pct(lat_none_new)))
-        rows.append((f"  ... a peer holding its cap of idle connections (held {idle_open[0]}/{cap})",
-                     pct(lat_idle_new)))
-        rows.append((f"  ... a peer holding its cap of maximal heads (held {heads_open[0]}/{cap})",
-                     pct(lat_heads_new)))
-        rows.append((f"keyed requests, one kept-alive connection, p50 / max ms (n={n}): no attacker",
-                     pct(lat_none_kept)))
-        rows.append((f"  ... a peer holding its cap of idle connections (held {idle_open[1]}/{cap})",
-                     pct(lat_idle_kept)))
-        rows.append((f"  ... a peer holding its cap of maximal heads (held {heads_open[1]}/{cap})",
-                     pct(lat_heads_kept)))
+        for i, (way, none, idle, heads) in enumerate([("new connection each", lat_none_new, lat_idle_new, lat_heads_new),
+                                                      ("one kept-alive connection", lat_none_kept, lat_idle_kept,
+                                                       lat_heads_kept)]):
+            rows.append((f"keyed requests, {way}, p50 / max ms (n={n}): no attacker", pct(none)))
+            rows.append((f"  ... a peer holding its cap of idle connections (held {idle_open[i]}/{cap})", pct(idle)))
+            rows.append((f"  ... a peer holding its cap of maximal heads (held {heads_open[i]}/{cap})", pct(heads)))
         rows.append((f"  ... a peer sending {args.header_mib} MiB headers back to back ({big_attempts} started)",
                      pct(lat_big)))
 
