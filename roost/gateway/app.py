@@ -48,6 +48,7 @@ from roost.gateway.metering import (
     StreamMeter,
     answer_texts,
     error_body,
+    secret_pattern,
     tokenize_bodies,
     tokenize_count,
     usage_of,
@@ -236,8 +237,8 @@ class Gateway:
         self.keys = KeyCache(db, self.config.key_refresh_s)
         self.writer = UsageWriter(db, on_error=self.metrics.usage_write_errors.inc)
         self._secrets = [router.upstream_key or ""]
-        self.secret_forms = tuple(f.encode("utf-8", "surrogatepass") for s in self._secrets if s
-                                  for f in (s, *encoded_forms(s)))
+        self.secret_pattern = secret_pattern(f.encode("utf-8", "surrogatepass") for s in self._secrets if s
+                                             for f in (s, *encoded_forms(s)))
         # the forwarded endpoints are plain ASGI apps reached without a router (the hot path); the
         # rest, and the lifespan, go through Starlette
         self._proxies = {PATHS[e]: _Proxy(self, e) for e in PATHS}
@@ -286,7 +287,7 @@ class Gateway:
 
     def scrub_bytes(self, data: bytes) -> bytes:
         """``data`` with every form of every secret masked, when it holds one (a fast check first)."""
-        if not any(f in data for f in self.secret_forms):
+        if self.secret_pattern is None or self.secret_pattern.search(data) is None:
             return data
         return self.scrub(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
@@ -673,7 +674,7 @@ class _Forward:
         return StreamMeter(client_include_usage=as_sent or r.include_usage,
                            client_continuous=as_sent or r.continuous_usage, prompts=r.prompts,
                            per_prompt=max(r.n, 1), error_event=self._error_event,
-                           secret_forms=self.gw.secret_forms, scrub=self.gw.scrub_bytes)
+                           secrets=self.gw.secret_pattern, scrub=self.gw.scrub_bytes)
 
     def _error_event(self, obj: dict[str, Any]) -> bytes:
         return backend_errors.stream_error_event(obj, self.gw.scrub)

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import orjson
@@ -109,21 +109,26 @@ def answer_texts(answer: Any) -> list[str]:
     return texts
 
 
+def secret_pattern(forms: Iterable[bytes]) -> re.Pattern[bytes] | None:
+    """Every form of every secret as one pattern (one search finds any of them); None for none."""
+    unique = sorted({f for f in forms if f}, key=len, reverse=True)
+    return re.compile(b"|".join(re.escape(f) for f in unique)) if unique else None
+
+
 class StreamMeter:
     """Reads a streamed answer's server-sent events as they pass: counts tokens, notes the end, an
     error event, and gives back each event as the client asked for it (usage removed where the client
     did not ask for it). ``prompts`` and ``per_prompt`` (:class:`~roost.gateway.request.Reading`) say how many choices the
     answer has and which prompt each one answers. ``error_event`` renders what the client gets for an
-    error event (the backend's is never passed on as it came); an event holding any of ``secret_forms``
-    is passed through ``scrub`` first."""
+    error event (the backend's is never passed on as it came); an event that ``secrets``
+    (:func:`secret_pattern`) finds in is passed through ``scrub`` first."""
 
     def __init__(self, *, client_include_usage: bool = True, client_continuous: bool = True, prompts: int = 1,
                  per_prompt: int = 1, error_event: Callable[[dict[str, Any]], bytes] | None = None,
-                 secret_forms: tuple[bytes, ...] = (), scrub: Callable[[bytes], bytes] | None = None) -> None:
+                 secrets: re.Pattern[bytes] | None = None, scrub: Callable[[bytes], bytes] | None = None) -> None:
         self.error_event = error_event
         self.scrub = scrub
-        # one search a block, not one per event and form: the forms as one pattern
-        self._secrets = re.compile(b"|".join(re.escape(f) for f in secret_forms)) if secret_forms and scrub else None
+        self._secrets = secrets if scrub is not None else None  # searched once a block, not per event and form
         self._suspect = False  # the buffered events hold a secret form
         self.client_include_usage = client_include_usage
         self.client_continuous = client_continuous

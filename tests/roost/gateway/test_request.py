@@ -13,7 +13,7 @@ import pytest
 
 from roost.gateway.backend_errors import clean_message, relayed_error, stream_error_event
 from roost.gateway.keys import forwarded_user
-from roost.gateway.metering import StreamMeter, answer_texts
+from roost.gateway.metering import StreamMeter, answer_texts, secret_pattern
 from roost.gateway.request import InvalidRequest, Reading, TooDeep, encode, forwarded_body, read_request
 from roost.secrets import redact
 
@@ -146,8 +146,8 @@ def test_stream_error_events_are_rewritten_and_secrets_scrubbed_in_every_form() 
                           "type": "BadRequestError", "param": None, "code": 400}}
     from roost.secrets import encoded_forms
 
-    secret_forms = tuple(f.encode() for f in (KEY, *encoded_forms(KEY)))
-    meter = StreamMeter(error_event=lambda obj: stream_error_event(obj, scrub), secret_forms=secret_forms,
+    secrets = secret_pattern(f.encode() for f in (KEY, *encoded_forms(KEY)))
+    meter = StreamMeter(error_event=lambda obj: stream_error_event(obj, scrub), secrets=secrets,
                         scrub=lambda b: scrub(b.decode()).encode())
     out = meter.feed(b"data: " + json.dumps(upstream).encode() + b"\n\n")
     assert meter.error is not None
