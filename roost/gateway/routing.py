@@ -77,9 +77,6 @@ class Backend:
                 self.up, self.status = False, f"/v1/models answered {answer.status_code}"
         self.polled_at = time.monotonic()
 
-    def mark_down(self, why: str) -> None:
-        self.up, self.status = False, why
-
     def describe(self) -> dict[str, Any]:
         return {"url": self.name, "source": self.source, "up": self.up, "status": self.status, "models": self.model_ids}
 
@@ -133,7 +130,7 @@ class Router:
         async with self._lock:
             await self._sync_registry()
             backends = list(self.backends.values())
-            await asyncio.gather(*(b.poll(timeout_s=max(self.connect_timeout_s, 2.0)) for b in backends))
+            await asyncio.gather(*(b.poll(timeout_s=self.poll_timeout_s) for b in backends))
             self._last_poll = time.monotonic()
         if self.on_models is not None:
             self.on_models({m for b in backends if b.up for m in b.model_ids})
@@ -161,12 +158,17 @@ class Router:
             with contextlib.suppress(Exception):
                 await b.client.aclose()
 
+    @property
+    def poll_timeout_s(self) -> float:
+        return max(self.connect_timeout_s, 2.0)
+
     def confirm(self, backend: Backend) -> None:
-        """A request saw ``backend`` fail mid-answer (a cut stream): poll it now. One failure a client or a
-        request may have caused does not take a backend away from every client: its poll decides."""
+        """A request saw ``backend`` fail (a cut stream, a connection not taken): poll it now. One failure
+        a client or a loaded machine may have caused does not take a backend away from every client: its
+        poll decides."""
         if backend.confirming is None or backend.confirming.done():
             backend.confirming = asyncio.get_running_loop().create_task(
-                backend.poll(timeout_s=max(self.connect_timeout_s, 2.0)), name="backend-confirm")
+                backend.poll(timeout_s=self.poll_timeout_s), name="backend-confirm")
 
     def direct_expected(self) -> set[str]:
         """Models whose registered server a roost benchmark is measuring directly now (as of the last
