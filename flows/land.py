@@ -46,7 +46,7 @@ from flows.stages import (
 from roost.errors import RoostError
 from roost.regress import RegressionReport
 from roost.serve.backends import backend_for
-from roost.serve.base import RestartPolicy, Server, check_vllm_args
+from roost.serve.base import RestartPolicy, Server, check_vllm_args, stop_grace
 from tasks.host_slot import ensure_host_limit, host_slot
 
 
@@ -120,6 +120,8 @@ def land(
             failure = exc
         except BaseException as exc:  # not roost's own: still a failed run, reported and stored as one
             fail_unexpected(record, exc)
+            if server is not None and not keep_serving:  # cancelled: stopped fast, then the teardown frees the slot
+                server.stop(stop_grace(exc))
             raise
         finally:
             teardown.close()                                                    # stop the server, free the slot

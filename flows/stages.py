@@ -71,7 +71,7 @@ from roost.records import (
     VisionProbe,
 )
 from roost.regress import RegressionReport, accuracy_baseline, latest_scores
-from roost.serve.base import Backend, Prepared, Readiness, Server, ServeSpec
+from roost.serve.base import Backend, Prepared, Readiness, Server, ServeSpec, stop_grace
 from roost.serve.coldload import ColdLoad, ColdLoadFailed, cold_load
 from roost.serve.diagnose import diagnose_exit
 from roost.serve.occupancy import memory_refusal, occupancy_refusal
@@ -386,8 +386,8 @@ def serve_stage(record: RunRecord, backend: Backend, spec: ServeSpec, key: Secre
         raise
     try:
         _observe(record, loaded, key)
-    except BaseException:  # a healthy server whose bookkeeping failed is never left running
-        loaded.server.stop()
+    except BaseException as exc:  # a healthy server whose bookkeeping failed is never left running
+        loaded.server.stop(stop_grace(exc))
         raise
     return loaded
 
@@ -650,8 +650,10 @@ def mtp_ab_stage(record: RunRecord, backend: Backend, loaded: ColdLoad, key: Sec
                 raise
             ab.baseline_points = bench.points
             ab.points = mtp.compare(record.points, bench.points)
-        finally:
-            base.server.stop()
+        except BaseException as exc:
+            base.server.stop(stop_grace(exc))
+            raise
+        base.server.stop()
         st.note = mtp.describe(ab)
         logger.info("MTP A/B: %s", st.note)
     if not keep_serving:

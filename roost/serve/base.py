@@ -12,7 +12,8 @@ branches on which one it has (``backend_for(host)`` picks it):
 3. The returned :class:`Server`: ``new_log_text()`` (what it logged since the previous call: the
    health wait reads only that), ``is_running()``, ``exit_code()``, ``diagnose()`` (why it failed,
    ``roost.serve.diagnose``), ``phases()`` (load / compile / ready split of the cold start),
-   ``describe()`` (pid or container, log location) and ``stop()`` (idempotent; keeps the final log).
+   ``describe()`` (pid or container, log location) and ``stop()`` (idempotent; keeps the final log;
+   ``stop(stop_grace(exc))`` after an interruption: :data:`ABORT_GRACE_S`).
 4. ``servers()``: the servers roost runs on the host now (the process backend's state files, the
    docker backend's labelled containers; ``roost.serve.discover.probe`` asks one if it answers).
 
@@ -46,6 +47,21 @@ BackendName = Literal["process", "docker"]
 
 
 LogFn = Callable[[str], None]
+
+ABORT_GRACE_S = 5.0
+"""How long a server stopped by a cancelled or terminated run gets between SIGTERM (``docker stop``)
+and SIGKILL. Prefect's worker kills a cancelled run's process 30 s after its SIGTERM: within that the
+run must stop its server, give the host's serving slot back and store its record, or the slot stays
+held until its lease runs out. vLLM's API server interrupted while it waits for its engine core (a
+model loading or compiling) never exits by itself (vLLM 0.32: ``KeyboardInterrupt: terminated``, then
+it hangs), so only the SIGKILL ends it."""
+
+
+def stop_grace(exc: BaseException) -> float | None:
+    """The grace for a server stopped because of ``exc``: :data:`ABORT_GRACE_S` when the run is being
+    cancelled or terminated (not an ``Exception``: Prefect's ``TerminationSignal``, ``KeyboardInterrupt``,
+    ``SystemExit``); None, the backend's own, for a failure."""
+    return None if isinstance(exc, Exception) else ABORT_GRACE_S
 
 
 def _ignore(_: str) -> None:
@@ -223,8 +239,9 @@ class Server(ABC):
         """Where it runs and where its log is."""
 
     @abstractmethod
-    def stop(self) -> None:
-        """Stop it (and its children), keeping its final log and exit status. Idempotent."""
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop it (and its children), keeping its final log and exit status. Idempotent. ``grace_s``:
+        how long it may take to exit before it is killed; None is the backend's own (a clean shutdown)."""
 
     @abstractmethod
     def clear_compile_cache(self, entry: str) -> str:

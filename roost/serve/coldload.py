@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from roost.errors import StageFailed
 from roost.net import free_port
 from roost.records import StartAttempt
-from roost.serve.base import LogFn, Readiness, Server, ServeSpec, StartFailed, _ignore
+from roost.serve.base import LogFn, Readiness, Server, ServeSpec, StartFailed, _ignore, stop_grace
 from roost.serve.diagnose import Diagnosis
 from roost.serve.health import HealthTimeout
 from roost.serve.phases import StartupPhases
@@ -142,16 +142,16 @@ def cold_load(
             elif decision.action == "retry on a new port":
                 spec = spec.model_copy(update={"port": new_port()})
             pause = decision.backoff_s
-        except BaseException:  # a crash or a cancellation: never leave the server behind
+        except BaseException as exc:  # a crash or a cancellation: never leave the server behind
             if server is not None:
-                server.stop()
+                server.stop(stop_grace(exc))
             raise
         else:
             try:
                 record(StartAttempt(attempt=attempt, ok=True, seconds=round(time.perf_counter() - t0, 2),
                                     port=spec.port, vllm_args=list(spec.vllm_args)))
-            except BaseException:
-                server.stop()
+            except BaseException as exc:
+                server.stop(stop_grace(exc))
                 raise
             return ColdLoad(server=server, readiness=ready, spec=spec, attempts=attempts, facts=facts, phases=phases)
         if pause > 0:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as dt
+import math
 import re
 import threading
 from typing import Any, get_args
@@ -60,6 +61,9 @@ STACK_BYTES = 67108864  # the recipes' --ulimit stack=67108864 (64 MiB)
 RESTART_POLICIES = get_args(RestartPolicy)
 NO_RESTART: Any = {"Name": "no"}
 """``docker update --restart no``: what a container that stops serving carries (the recipe's model swap)."""
+STOP_TIMEOUT_S = 15
+"""``docker stop``'s timeout (SIGTERM, then SIGKILL) for a container stopped after its run, retired by
+a new server or replaced (``--replace``)."""
 FOLLOW_DRAIN_S = 10.0
 """After ``docker stop``, how long the log stream may take to deliver its last lines and close."""
 
@@ -217,8 +221,10 @@ class DockerServer(Server):
 
     # --- teardown -----------------------------------------------------------------------------------
 
-    def stop(self, timeout_s: int = 15) -> None:
-        """Stop and remove the container; keep its log and final state. Idempotent."""
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop and remove the container (``docker stop`` with ``grace_s`` rounded up, None:
+        :data:`STOP_TIMEOUT_S`); keep its log and final state. Idempotent."""
+        timeout_s = STOP_TIMEOUT_S if grace_s is None else math.ceil(grace_s)
         with self._lock:
             if self._final_state is not None:
                 return
@@ -277,7 +283,7 @@ def _is_roost(container: Container) -> bool:
 def _remove(container: Container, log: LogFn, why: str) -> None:
     log(f"stopping roost container {container.name} ({why})")
     try:
-        container.stop(timeout=15)
+        container.stop(timeout=STOP_TIMEOUT_S)
         container.remove(force=True)
     except NotFound:
         pass
@@ -346,7 +352,7 @@ def release_container(client: docker.DockerClient, occupant: Occupant, log: LogF
     log(f"stopping container {c.name} (--replace; it holds {' and '.join(occupant.holds)}): "
         f"restart policy {occupant.restart_policy or 'no'} -> no")
     c.update(restart_policy=NO_RESTART)
-    c.stop(timeout=15)
+    c.stop(timeout=STOP_TIMEOUT_S)
 
 
 def retire_containers(client: docker.DockerClient, host: HostProfile, spec: ServeSpec, log: LogFn = _ignore) -> list[str]:
@@ -363,7 +369,7 @@ def retire_containers(client: docker.DockerClient, host: HostProfile, spec: Serv
         if policy != "no":
             c.update(restart_policy=NO_RESTART)
         with contextlib.suppress(NotFound, APIError):
-            c.stop(timeout=15)
+            c.stop(timeout=STOP_TIMEOUT_S)
         moved = f"restart {policy} -> no, " if policy != "no" else ""
         if c.name == name:
             with contextlib.suppress(NotFound):

@@ -63,8 +63,8 @@ class Recorded(Server):
     def describe(self) -> ServerInfo:
         return self.inner.describe()
 
-    def stop(self) -> None:
-        self.inner.stop()
+    def stop(self, grace_s: float | None = None) -> None:
+        self.inner.stop(grace_s)
 
     def clear_compile_cache(self, entry: str) -> str:
         return self.inner.clear_compile_cache(entry)

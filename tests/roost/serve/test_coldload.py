@@ -11,7 +11,7 @@ import pytest
 
 from roost.errors import StageFailed, UserError
 from roost.records import StartAttempt
-from roost.serve.base import Readiness, Server, ServerInfo, ServeSpec, StartFailed
+from roost.serve.base import ABORT_GRACE_S, Readiness, Server, ServerInfo, ServeSpec, StartFailed
 from roost.serve.coldload import ColdLoadFailed, cold_load, with_kv_pool
 from roost.serve.diagnose import Diagnosis, diagnose
 from roost.serve.health import HealthTimeout, ServerExited
@@ -39,6 +39,7 @@ class Scripted(Server):
     def __init__(self, spec: ServeSpec, log: str = "", exit_code: int | None = None) -> None:
         self.spec, self.base_url, self.served_model_name = spec, f"http://127.0.0.1:{spec.port}", spec.served_model_name
         self.log, self.code, self.stops = log, exit_code, 0
+        self.graces: list[float | None] = []
         self.cleared: list[str] = []
 
     def is_running(self) -> bool:
@@ -63,8 +64,9 @@ class Scripted(Server):
         return ServerInfo(backend="process", host="t", base_url=self.base_url, served_model_name="tiny",
                           port=self.spec.port)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float | None = None) -> None:
         self.stops += 1
+        self.graces.append(grace_s)
 
     def clear_compile_cache(self, entry: str) -> str:
         assert self.stops == 1, "a cache is cleared only after its server stopped"
@@ -221,10 +223,20 @@ def test_an_unclassified_failure_re_raises_the_original_after_stopping() -> None
 
 
 def test_an_interrupt_while_waiting_stops_the_server_and_propagates() -> None:
+    """A cancelled run (Prefect's TerminationSignal, a KeyboardInterrupt) kills its server after
+    ABORT_GRACE_S, not the backend's clean-shutdown grace: Prefect's worker kills the run 30 s on."""
     s = Script("interrupt", "ok")
     with pytest.raises(KeyboardInterrupt):
         s.run()
     assert s.servers[0].stops == 1 and len(s.specs) == 1
+    assert s.servers[0].graces == [ABORT_GRACE_S]
+
+
+def test_a_failure_stops_the_server_with_the_backends_own_grace() -> None:
+    s = Script("key")
+    with pytest.raises(StageFailed):
+        s.run()
+    assert s.servers[0].graces == [None]
 
 
 def test_a_user_error_at_start_propagates_without_retry() -> None:
@@ -242,7 +254,7 @@ def test_a_failing_bookkeeping_callback_after_success_stops_the_server() -> None
 
     with pytest.raises(RuntimeError, match="record store down"):
         s.run(on_attempt=boom)
-    assert s.servers[0].stops == 1
+    assert s.servers[0].stops == 1 and s.servers[0].graces == [None]  # a failure, not a cancellation
 
 
 @pytest.mark.parametrize(

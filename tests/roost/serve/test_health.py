@@ -141,7 +141,7 @@ class Attached(Server):
     def describe(self) -> ServerInfo:
         return ServerInfo(backend="process", host="t", base_url=self.base_url, served_model_name="tiny", port=0)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float | None = None) -> None:
         return None
 
     def clear_compile_cache(self, entry: str) -> str:

@@ -1,11 +1,13 @@
 """The process backend: argv, port checks, stop semantics, reaping servers a crashed run left, the
 incremental log, discovery. Stand-in interpreters (real child processes) play vLLM where only the
-process matters; the contract test (test_backend_contract.py) runs the real vLLM."""
+process matters; the contract test (test_backend_contract.py) runs the real vLLM, and so does the
+cancelled cold load here (the hang on SIGTERM is vLLM's own)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,13 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
+from prefect.exceptions import TerminationSignal
 
 from roost.errors import UserError
 from roost.hosts import CPU
 from roost.net import free_port
-from roost.serve.base import ServeSpec, StartFailed
+from roost.serve.base import ABORT_GRACE_S, Server, ServeSpec, StartFailed
+from roost.serve.coldload import cold_load
 from roost.serve.process import (
+    STOP_GRACE_S,
     ProcessBackend,
+    ProcessServer,
     process_servers,
     reap_stale_servers,
     remove_compile_cache_entry,
@@ -266,3 +272,35 @@ def test_a_compile_cache_entry_is_removed_and_nothing_else(tmp_path: Path) -> No
     for refused in (aot, tmp_path, aot / ".." / "torch_aot_compile" / ("cd" * 32)):
         assert remove_compile_cache_entry(str(refused)).startswith(f"left {refused} in place")
     assert other.is_dir()
+
+
+@pytest.mark.slow
+def test_a_cancelled_cold_load_kills_the_vllm_that_hangs_on_sigterm_within_the_abort_grace(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """vLLM's API server, interrupted while it waits for its engine core to load, never exits by itself
+    (it has its SIGTERM, then nothing; its log may say ``KeyboardInterrupt: terminated``): a landing cancelled then kept the host's slot past
+    Prefect's 30 s kill. The cancellation (Prefect's own TerminationSignal) kills it ABORT_GRACE_S after
+    the SIGTERM, not after the clean-shutdown grace."""
+    spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(), log_path=tmp_path / "vllm.log")
+    started: list[ProcessServer] = []
+    raised_at: list[float] = []
+
+    def start(s: ServeSpec) -> Server:
+        started.append(start_process_server(s, host_name="t-abort"))
+        return started[-1]
+
+    def wait(server: Server) -> object:
+        deadline = time.monotonic() + 600
+        while "(EngineCore" not in server.logs():  # the engine core runs: the API server waits on it
+            assert server.is_running() and time.monotonic() < deadline, server.logs()[-2000:]
+            time.sleep(0.1)
+        raised_at.append(time.monotonic())
+        raise TerminationSignal(signal.SIGTERM)
+
+    with pytest.raises(TerminationSignal):
+        cold_load(start, wait, spec)  # type: ignore[arg-type]
+    took = time.monotonic() - raised_at[0]
+    (server,) = started
+    assert not server.is_running() and process_servers("t-abort") == []
+    assert server.exit_code() == -signal.SIGKILL, server.logs()[-3000:]  # it hung: only the SIGKILL ended it
+    assert ABORT_GRACE_S <= took < STOP_GRACE_S, took
