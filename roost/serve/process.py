@@ -63,7 +63,7 @@ CPU_ENV_DEFAULTS = {
 
 STOP_GRACE_S = 20.0
 """A server stopped after its run (or a failed start) gets this long between SIGTERM and SIGKILL:
-vLLM's clean shutdown takes about 2 s on a loaded CPU."""
+vLLM's clean shutdown of a serving tiny model took 1.7 s on this 2-core machine."""
 TAIL_INTERVAL_S = 0.2
 """How often the tail thread reads new log text while the server runs (the phase-timing resolution)."""
 
