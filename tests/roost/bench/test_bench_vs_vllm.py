@@ -17,6 +17,10 @@ Agreement is proven twice:
   their ratio means nothing: pairs with such a round are set aside, and when most pairs are, the
   test is skipped with the reason (``Agreement.degenerate``) rather than failed or passed.
 
+The local profile's TPOT is judged against vLLM's own (its engine's token times) on points whose
+requests all arrived token by token; a run without enough such points is run again, a bounded number
+of times, and the test fails with every run's figures when the points cannot be had.
+
 Both run while no other test does (``quiet``): sharing the two cores with another xdist worker's test
 made ``vllm bench serve`` read the synthetic 0.30 s TTFT as 0.37 s on CI, roost as 0.30 s.
 """
@@ -131,43 +135,68 @@ def test_roost_and_vllm_bench_serve_measure_the_real_server_alike(
         assert min(-w for w in worse) < (0.5 if row.key == "ttft" else 0.25), agreement.table()
 
 
-@pytest.mark.quiet  # roost's TPOT judged against vLLM's engine: a loaded machine delays the API server's delivery
-def test_prompts_are_exact_and_the_local_profile_agrees_with_vllms_own_account(vllm_server: Any) -> None:
-    settings = BenchSettings(**LOCAL.bench)
+JUDGED_POINTS = 3  # points whose TPOT is judged against vLLM's own before the verdict
+AGREEMENT_TRIES = 6  # benchmark runs (~2.5 s each) to find them: a degenerate run is measured again, not excused
+
+
+def _local_profile_run(vllm_server: Any, settings: BenchSettings) -> tuple[list[float], list[str]]:
+    """One run of the local profile's benchmark: its records checked exactly, then roost's mean TPOT over
+    vLLM's own for each point every request of which arrived token by token (the ratios), and the figures."""
     t0 = time.monotonic()
     r = run_benchmark(vllm_server.base_url, vllm_server.model, settings, api_key=vllm_server.api_key)
-    wall = time.monotonic() - t0
-    print(f"\nlocal profile benchmark: {wall:.1f} s")
+    lines = [f"local profile benchmark: {time.monotonic() - t0:.1f} s"]
     for p in r.points:
-        print(f"  {p.kind:<13} prompt {p.prompt_tokens:>5} users {p.concurrency:>2}: TTFT {fmt_value(p.ttft_s.median, 's')}, "
-              f"decode {fmt_value(p.decode_tok_s.median, 'tok/s')}, aggregate {fmt_value(p.output_tok_s.median, 'tok/s')}; "
-              f"TPOT mean {fmt_value(p.tpot_s.mean, 's')}, vLLM's own {fmt_value(p.metrics_delta.get('request_tpot_s_mean'), 's')}"
-              + (f"; {p.unmeasurable} unmeasurable ({p.unmeasurable_reasons})" if p.unmeasurable else ""))
+        lines.append(
+            f"  {p.kind:<13} prompt {p.prompt_tokens:>5} users {p.concurrency:>2}: TTFT {fmt_value(p.ttft_s.median, 's')}, "
+            f"decode {fmt_value(p.decode_tok_s.median, 'tok/s')}, aggregate {fmt_value(p.output_tok_s.median, 'tok/s')}; "
+            f"TPOT mean {fmt_value(p.tpot_s.mean, 's')}, vLLM's own {fmt_value(p.metrics_delta.get('request_tpot_s_mean'), 's')}"
+            + (f"; {p.unmeasurable} unmeasurable ({p.unmeasurable_reasons})" if p.unmeasurable else ""))
+    print("\n" + "\n".join(lines))
     assert r.status == "completed"
     assert [(p.kind, p.prompt_tokens, p.concurrency) for p in r.points] == [
         ("prompt_length", 128, 1), ("prompt_length", 1024, 1), ("concurrency", 512, 1), ("concurrency", 512, 4)]
+    assert r.knee is not None
     measured = [x for x in r.requests if x.phase != "warmup"]
-    ratios: list[float] = []  # roost's mean TPOT / vLLM's own, per point judged
     # exact: the server's own usage reports the target, template tokens included
     assert all(x.prompt_tokens == x.prompt_tokens_target for x in measured)
     assert all(x.completion_tokens == 64 and not x.usage_missing and x.ok for x in measured)
+    ratios: list[float] = []
     for i, p in enumerate(r.points):
         assert p.errors == 0 and p.metrics_delta["prefix_cache_hits"] == 0  # the nonce defeats prefix caching
         # vLLM's engine counted every token roost counted, and finished every request roost did
         assert p.metrics_delta["generation_tokens"] == p.requests * 64
         assert p.metrics_delta["request_tpot_count"] == p.requests
-        # roost's TPOT (arrival times) against vLLM's own (its engine's token times, the same formula),
-        # unless the API server fell behind and delivered a request's tokens in a few bursts
+        # roost's TPOT (arrival times) against vLLM's own (its engine's token times, the same formula) over
+        # the same requests: a request the API server delivered in a few bursts has no arrival-time TPOT, and
+        # vLLM's mean (one histogram over the point) cannot leave it out, so such a point is not judged
         bursts = [x for x in measured if x.point == i and len(set(x.token_times)) < 32]
         if not bursts and not p.unmeasurable:
             ratios.append(p.tpot_s.mean / p.metrics_delta["request_tpot_s_mean"])
+    return ratios, lines
+
+
+@pytest.mark.quiet  # roost's TPOT judged against vLLM's engine: a loaded machine delays the API server's delivery
+def test_prompts_are_exact_and_the_local_profile_agrees_with_vllms_own_account(vllm_server: Any) -> None:
+    """Every run's records are exact; the TPOT agreement is judged on ``JUDGED_POINTS`` points, taken from
+    as many runs as it needs up to ``AGREEMENT_TRIES`` (CI, once: every point of a run had a request
+    delivered in bursts), and fails with every run's figures when they cannot be had."""
+    settings = BenchSettings(**LOCAL.bench)
+    ratios: list[float] = []
+    figures: list[str] = []
+    for _ in range(AGREEMENT_TRIES):
+        judged, lines = _local_profile_run(vllm_server, settings)
+        ratios += judged
+        figures += lines
+        if len(ratios) >= JUDGED_POINTS:
+            break
+    assert len(ratios) >= JUDGED_POINTS, (f"{len(ratios)} points judged in {AGREEMENT_TRIES} runs: the API server "
+                                          "delivered in bursts throughout", figures)
     # most points agree to 10%, none beyond 35%: an API server that sends a first token late and then
     # catches up shortens one point's arrival window (CI: 1.59 ms against vLLM's 1.98 ms at 1 user, the
     # other points to 1%), where a different formula (the first token's wait counted, another window)
     # would miss on every point
-    assert ratios and 2 * sum(abs(x - 1) < 0.10 for x in ratios) > len(ratios), ratios
-    assert all(abs(x - 1) < 0.35 for x in ratios), ratios
-    assert r.knee is not None
+    assert 2 * sum(abs(x - 1) < 0.10 for x in ratios) > len(ratios), (ratios, figures)
+    assert all(abs(x - 1) < 0.35 for x in ratios), (ratios, figures)
 
 
 def test_a_prompt_longer_than_the_window_is_skipped_with_the_servers_reason(vllm_server: Any) -> None:
