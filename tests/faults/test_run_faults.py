@@ -55,8 +55,8 @@ pytestmark = pytest.mark.slow
 
 HOST = "cpu"
 PROFILE = "fault-quick"  # the demo model, no evaluations, no compile warm-up
-# long enough (204 requests: a minute or more on an idle machine, 0.2-0.3 s each) that A still serves when B,
-# slowed by the Prefect restart's client retries (CI: 34 s), says it waits, and that the kill after that
+# long enough (210 requests: 4 lengths and 1+2 users, 30 repeats; about a minute idle) that A still serves when B,
+# slowed by the Prefect restart's client retries (34 s in a full local run), says it waits, and that the kill after that
 # lands mid-benchmark; it is never run to its end, so its length costs nothing
 BENCH = {"prompt_lengths": [128, 256, 512, 1024], "output_tokens": 64, "concurrency": [1, 2], "repeats": 30,
          "warmup": 1}
