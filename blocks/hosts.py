@@ -41,6 +41,9 @@ class HostBlock(Block):
     memory_bytes: int = Field(gt=0, description="Physical memory of the host (unified on the Spark).")
     usable_bytes: int = Field(gt=0, description="Memory budget vLLM may use (weights + KV pool + activations).")
     headroom_bytes: int = Field(ge=0, description="Activations, CUDA graphs, allocator slack reserved in the fit check.")
+    device_memory_bytes: int | None = Field(
+        default=None, gt=0, description="Device memory vLLM sees (CUDA's total; --gpu-memory-utilization is a share "
+        "of it): 130663642563 (121.69 GiB) on a GB10; empty on a CPU host.")
     backend: Literal["docker", "process"] = Field(default="docker", description="How vLLM runs on this host.")
     base_image: str = Field(default="nvcr.io/nvidia/vllm:26.07-py3", description="vLLM base image for the build stage.")
     xgrammar_version: str | None = Field(
@@ -49,6 +52,9 @@ class HostBlock(Block):
                                   description="Addresses the vLLM port is published on.")
     docker_url: str = Field(default="unix:///var/run/docker.sock", description="The host's Docker engine.")
     health_timeout_s: float = Field(default=900.0, gt=0, description="How long a cold load may take.")
+    vllm_venv: str = Field(default="", description="process backend: the venv vLLM runs from, a name under "
+                           "ROOST_VLLM_VENVS (default ~/.cache/roost; scripts/bootstrap builds vllm-venv-0.24.0 "
+                           "there) or an absolute path; empty: ROOST_VLLM_PYTHON, else $ROOST_HOME/vllm-venv.")
     results_url: str = Field(default="", description="Where a browser reaches this host's results/reports "
                              "(`roost results serve`), e.g. http://spark:8765; empty: charts inline only.")
     results_store: str = Field(default="", description="The results store shared by the team: a directory every "

@@ -48,9 +48,26 @@ class ModelProfileBlock(Block):
     max_num_seqs: int | None = Field(default=None, description="vLLM --max-num-seqs: the cap on running requests "
                                      "(None: vLLM's default); also a benchmark concurrency level.")
     max_num_batched_tokens: int | None = Field(default=None, description="vLLM --max-num-batched-tokens (None: vLLM's default).")
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, description="vLLM --gpu-memory-utilization: vLLM sizes the KV pool from this share "
+        "of the device's memory (leave kv_cache_memory_bytes empty); the plan predicts the pool.")
+    reasoning_parser: str | None = Field(default=None, description="vLLM --reasoning-parser, e.g. qwen3: the "
+                                         "thinking in message.reasoning, the answer in message.content.")
+    tool_call_parser: str | None = Field(default=None, description="vLLM --enable-auto-tool-choice "
+                                         "--tool-call-parser, e.g. qwen3_coder: tool calls parsed into tool_calls.")
+    enable_prefix_caching: bool | None = Field(default=None, description="vLLM --[no-]enable-prefix-caching "
+                                               "(empty: vLLM's default).")
+    enable_chunked_prefill: bool | None = Field(default=None, description="vLLM --[no-]enable-chunked-prefill "
+                                                "(empty: vLLM's default).")
+    production: bool = Field(default=False, description="The host's production model: a landing keeps serving "
+                             "(restart policy unless-stopped) unless keep_serving is false (a one-off).")
+    tool_auto_probe: bool = Field(default=False, description="Also probe tool_choice 'auto' after the health-wait "
+                                  "(a real model chooses to call the tool).")
     port: int | None = Field(default=None, ge=1, le=65535, description="Fixed port the server is published on "
                              "(a gateway or Prometheus expects it; never moved); None: a free one.")
     vllm_overrides: list[str] = Field(default_factory=list, description="Extra vLLM args appended last (they win).")
+    server_env: dict[str, str] = Field(default_factory=dict, description="Environment variables the server gets "
+                                       "(vLLM settings without a flag; never a secret).")
     bench: dict[str, Any] = Field(default_factory=dict, description="Benchmark settings (prompt lengths, concurrency...).")
     health_timeout_s: float | None = Field(default=None, description="None: the host's timeout.")
     mtp_ab: bool = Field(default=False, description="Benchmark again without --speculative-config (same image "

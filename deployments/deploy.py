@@ -80,7 +80,8 @@ PARAM_HELP: dict[str, str] = {
     "revision": "Branch, tag or commit to land (empty: the profile's revision).",
     "host": "The host this deployment serves on (fixed: one deployment per host and work queue).",
     "vllm_overrides": "Extra vLLM arguments appended last, e.g. [\"--max-num-seqs\", \"8\"].",
-    "keep_serving": "Leave the server running after the run (rebenchmark then measures it nightly).",
+    "keep_serving": "Leave the server running after the run (rebenchmark then measures it nightly); empty: a "
+                    "production profile keeps serving (unless-stopped), others stop; false: a one-off.",
     "port": "Port for the vLLM server (empty: the profile's fixed port, else a free one).",
     "notify": "Send the Slack notification if Slack is configured.",
     "repo": "Audit this Hub repository instead of the profile's: hf://OWNER/NAME or hf://OWNER/NAME@REVISION "

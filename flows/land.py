@@ -2,7 +2,8 @@
 
     preflight (audit + KV plan from the Hub's headers) -> download -> evaluation datasets
              -> integrity audit (+ KV plan) -> container build -> host check -> serve -> health-wait
-             -> gateway registration (a kept server) -> vision probe (towers) -> benchmark
+             -> gateway registration (a kept server) -> probes (reasoning, tools, structured output)
+             -> vision probe (towers) -> benchmark
              -> accuracy evaluations -> MTP A/B (when asked) -> report (+ Slack)
 
 Each step is a stage in ``flows/stages.py`` (one Prefect task each, in ``tasks/<stage>.py``); this
@@ -37,6 +38,7 @@ from flows.stages import (
     mtp_ab_stage,
     new_record,
     preflight_stage,
+    probe_stage,
     report_stage,
     results_store,
     serve_stage,
@@ -56,7 +58,7 @@ def land(
     revision: str | None = None,
     host: str | None = None,
     vllm_overrides: list[str] | None = None,
-    keep_serving: bool = False,
+    keep_serving: bool | None = None,
     port: int | None = None,
     notify: bool = True,
     restart_policy: RestartPolicy | None = None,
@@ -66,7 +68,8 @@ def land(
 ) -> dict[str, Any]:
     """Land ``profile`` on ``host`` and measure it. Returns the run record (as JSON-able dict).
 
-    ``port``: None serves on the profile's fixed port if it has one, else a free one. ``restart_policy``:
+    ``keep_serving``: leave the server up after the run; None: when the profile is the host's production
+    model (``production``; ``False`` is the recipe's one-off, ``RESTART=no``). ``port``: None serves on the profile's fixed port if it has one, else a free one. ``restart_policy``:
     None is ``unless-stopped`` when ``keep_serving`` (a production landing; the policy moves off the
     host's previous server) and ``no`` otherwise. ``replace``: stop containers roost did not start
     that hold the GPUs or the fixed port (refused otherwise). ``mtp_ab``: after the benchmark, benchmark
@@ -78,6 +81,7 @@ def land(
     check_vllm_args(overrides, source="vllm_overrides")
     prof = load_profile(profile)  # a saved model-profile block document wins over the built-in
     check_vllm_args(list(prof.vllm_overrides), source=f"model profile {prof.name}: vllm_overrides")
+    keep_serving = prof.keeps_serving(keep_serving)
     host_p = load_host(host or prof.host)
     backend = backend_for(host_p)
     key = api_key()
@@ -108,7 +112,8 @@ def land(
                 teardown.callback(_stop, server)
             else:                                                               # 7a. the gateway routes to it
                 gateway_stage(record, server.base_url, prof.served_model_name, host_p)
-            vision_stage(record, plan, server.base_url, key, prof.served_model_name)  # 7b. image request (towers)
+            probe_stage(record, server.base_url, key, prof)                     # 7b. reasoning, tools, JSON schema
+            vision_stage(record, plan, server.base_url, key, prof.served_model_name)  # 7c. image request (towers)
             benchmark_stage(record, server.base_url, prof, key, server=server)  # 8. benchmark
             eval_stage(record, server.base_url, prof, key, evals)               # 8b. accuracy
             if prof.mtp_ab if mtp_ab is None else mtp_ab:                      # 8b. again without MTP

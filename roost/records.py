@@ -81,6 +81,9 @@ class RunMeta(BaseModel):
     image_digest: str = Field(default="", description="Docker image id/digest; empty for the process backend.")
     vllm_version: str = ""
     xgrammar_version: str = Field(default="", description="The xgrammar the serving image pins (docker); '' otherwise.")
+    xgrammar_base_version: str = Field(
+        default="", description="The xgrammar the serving image's base already had (docker): equal to xgrammar_version, "
+                                "the image needed no patch; '' for none, unknown (an older record) or the process backend.")
     vllm_args: list[str] = Field(default_factory=list)
     prefect_flow_run_id: str = ""
 
@@ -112,6 +115,13 @@ class ServeObservation(BaseModel):
 
     predicted_kv_cache_tokens: int | None = None
     predicted_max_concurrency: float | None = None
+    predicted_kv_pool_bytes: int | None = Field(
+        default=None, description="The KV pool the plan expected vLLM to take: pinned (exact) or predicted from "
+        "--gpu-memory-utilization (roost.plan.pool).")
+    predicted_kv_pool_range: tuple[int, int] | None = Field(
+        default=None, description="(low, high) bytes of a predicted pool; None when pinned (exact).")
+    logged_kv_pool_gib: float | None = Field(
+        default=None, description="The pool vLLM took, as it logged it ('Available KV cache memory' / 'Explicitly set').")
     logged_kv_cache_tokens: int | None = None
     logged_max_concurrency: float | None = None
     logged_block_size: int | None = None
@@ -322,6 +332,20 @@ class VisionProbe(BaseModel):
     error: str = ""
 
 
+class ProbeResult(BaseModel):
+    """One capability probe (``roost.serve.probes``: reasoning, tool, tool-auto, structured), sent after the
+    health-wait: a chat request whose answer must show the server does what the recipe's clients ask."""
+
+    name: str
+    ok: bool
+    latency_s: float | None = None
+    status_code: int | None = None
+    failure_class: str = Field(default="", description="'' when ok; e.g. reasoning_probe_failed.")
+    error: str = Field(default="", description="Why it failed: scrubbed of the API key, at most 500 characters.")
+    detail: str = Field(default="", description="What came back, briefly: the tool and its argument keys, the "
+                                                "reasoning's length, the structured answer's keys.")
+
+
 class OtherModelScore(BaseModel):
     """Another stored model's latest score on the same evaluation (the recipe's "Ornith vs Qwen3.8")."""
 
@@ -384,6 +408,8 @@ class RunRecord(BaseModel):
     decode_ceiling_tok_s: float | None = None
     mtp_ab: MtpAB | None = Field(default=None, description="With and without --speculative-config (roost.bench.mtp).")
     vision_probe: VisionProbe | None = Field(default=None, description="The image request after the health-wait.")
+    probes: list[ProbeResult] = Field(default_factory=list, description="The capability probes after the "
+                                      "health-wait (reasoning split, named tool call, structured output).")
     evals: list[EvalRecord] = Field(default_factory=list, description="Accuracy evaluations (roost.eval), in order.")
     report_path: str = ""
 

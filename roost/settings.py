@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from roost.errors import UserError
+
 
 def roost_home() -> Path:
     """State that outlives a run: the vLLM venv, generated demo models, the local Hub mirror, downloads.
@@ -40,3 +42,50 @@ def vllm_python() -> Path:
     """
     env = os.environ.get("ROOST_VLLM_PYTHON")
     return Path(env) if env else roost_home() / "vllm-venv" / "bin" / "python"
+
+
+def vllm_venv_root() -> Path:
+    """Where the named vLLM venvs are (``vllm-venv-0.24.0``...): ``ROOST_VLLM_VENVS`` (default
+    ``~/.cache/roost``, where ``scripts/bootstrap`` builds them).
+
+    Not ``ROOST_HOME``: the tests give each session its own home, and a venv is 3-6 GB.
+    """
+    return Path(os.environ.get("ROOST_VLLM_VENVS", Path.home() / ".cache" / "roost")).expanduser()
+
+
+def check_vllm_venv(value: str, field: str = "vllm_venv") -> str:
+    """``value`` (stripped) when it names a venv: empty, a name under :func:`vllm_venv_root`, or an
+    absolute path; every ``/``-separated part non-empty and neither ``.`` nor ``..``. UserError otherwise."""
+    venv = value.strip()
+    if not venv:
+        return ""
+    parts = venv.removeprefix("/").split("/")
+    bad = [p for p in parts if p in ("", ".", "..")]
+    if bad:
+        raise UserError(f"{field} {value!r}: give a venv name under {vllm_venv_root()} (e.g. vllm-venv-0.24.0) or an "
+                        f"absolute path, without empty, '.' or '..' parts")
+    return venv
+
+
+def vllm_python_for(venv: str) -> Path:
+    """The interpreter of the vLLM venv a host names (``HostProfile.vllm_venv``): ``<venv>/bin/python`` for an
+    absolute path, ``<root>/<venv>/bin/python`` for a name (root: :func:`vllm_venv_root`); empty:
+    :func:`vllm_python`. Whether it exists is :func:`require_vllm_python`'s."""
+    venv = check_vllm_venv(venv)
+    if not venv:
+        return vllm_python()
+    base = Path(venv) if venv.startswith("/") else vllm_venv_root() / venv
+    return base / "bin" / "python"
+
+
+def require_vllm_python(python: Path, venv: str = "", host: str = "") -> Path:
+    """``python`` when it exists; a UserError saying how to get it otherwise (for a host's ``vllm_venv``,
+    naming the host and the field)."""
+    if python.exists():
+        return python
+    if venv:
+        whose = f"host {host}'s vllm_venv {venv!r}" if host else f"vllm_venv {venv!r}"
+        raise UserError(f"vLLM interpreter {python} not found ({whose}): run `bash scripts/bootstrap`, which builds "
+                        f"the vLLM venvs under {vllm_venv_root()} (ROOST_VLLM_VENVS), or point the host's vllm_venv "
+                        "at a venv that has vLLM")
+    raise UserError(f"vLLM interpreter {python} not found: run `bash scripts/bootstrap` or set ROOST_VLLM_PYTHON")

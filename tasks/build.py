@@ -1,5 +1,7 @@
 """Build stage: what the backend needs before a server can start (the serving image for Docker:
-vLLM base + xgrammar patch, every build line to the Prefect logger; nothing for a process).
+vLLM base + xgrammar patch, every build line to the Prefect logger; nothing for a process). Its last
+line says what the image is and whether the base's xgrammar needed a patch (``Prepared.note``:
+"xgrammar X from the base image, no patch needed (...)" or "xgrammar patched A -> B (...)").
 
 Cached by ``Backend.prepare_key()`` (Docker: the rendered Dockerfile's hash, which covers the base
 image's digest, the xgrammar pin, roost's version and the build args) and only while what it made

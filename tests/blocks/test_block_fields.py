@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from blocks.hosts import LEGACY_HOST_SLUG, HostBlock, builtin_host_documents, host_fields
 from blocks.profiles import ModelProfileBlock, builtin_profile_documents, profile_document_name
+from roost.errors import UserError
 from roost.hosts import HOSTS, HostProfile
 from roost.profiles import PROFILES, ModelProfile
 
@@ -38,7 +39,8 @@ def test_profile_round_trip(profile: str) -> None:
 
 def test_builtin_documents() -> None:
     hosts, profiles = builtin_host_documents(), builtin_profile_documents()
-    assert sorted(hosts) == sorted(HOSTS) and {"cpu", "spark"} <= set(hosts)
+    assert sorted(hosts) == sorted(HOSTS) and {"cpu", "spark", "cpu-vllm-0-24"} <= set(hosts)
+    assert hosts["cpu-vllm-0-24"].vllm_venv == "vllm-venv-0.24.0" and hosts["cpu"].vllm_venv == ""
     assert sorted(profiles) == sorted(profile_document_name(n) for n in PROFILES)
     assert {"local", "ornith-1-5-35b-a3b-nvfp4", "ornith-35b", "ornith-9b"} <= set(profiles)
     assert all(PREFECT_NAME.match(n) for n in [*hosts, *profiles])
@@ -56,6 +58,13 @@ def test_block_type_slugs_and_names() -> None:
     assert (ModelProfileBlock.get_block_type_slug(), ModelProfileBlock.get_block_type_name()) == (
         "model-profile", "Model Profile")
     assert LEGACY_HOST_SLUG == "spark-host"  # what earlier releases saved hosts as, read for the migration
+
+
+def test_a_saved_host_with_a_venv_outside_the_venv_root_is_refused() -> None:
+    """A document's vllm_venv is checked as the profile's is: no empty, '.' or '..' parts."""
+    data = HostBlock.from_profile(HOSTS["cpu-vllm-0-24"]).model_dump(mode="json") | {"vllm_venv": "../../etc"}
+    with pytest.raises(UserError, match=r"^vllm_venv '\.\./\.\./etc': "):
+        HostProfile.model_validate(host_fields(data, "box"))
 
 
 def test_host_fields_take_the_document_name_and_drop_foreign_keys() -> None:

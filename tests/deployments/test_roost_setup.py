@@ -77,8 +77,8 @@ def test_first_run_creates_everything(roost_setup: tuple[dict[str, Any], dict[st
                                   f"sweep/{POOL}"])  # one sweep per pool: it fans out over the hosts' queues
     assert first["changed"] == len([i for i in first["items"] if i["status"] in ("created", "updated")]) > 0
     # named hosts only: cpu-docker has no block and is not named, so nothing is made for it
-    assert first["hosts"] == ["spark", "cpu"] and list(first["skipped_hosts"]) == ["cpu-docker"]
-    assert not any("cpu-docker" in name for _, name in items)
+    assert first["hosts"] == ["spark", "cpu"] and list(first["skipped_hosts"]) == ["cpu-docker", "cpu-vllm-0-24"]
+    assert not any("cpu-docker" in name or "cpu-vllm-0-24" in name for _, name in items)
     # no Slack settings: no notification block, and the report says how to turn crash alerts on
     off = items[("automation", "roost-crashed-run-alert")]
     assert off["status"] == "skipped" and off["detail"] == first["crash_alerts"]
@@ -356,10 +356,10 @@ def test_hosts_are_the_named_the_saved_and_the_local_ones() -> None:
     assert select_hosts([], ["spark", "spark-2"]) == ["spark", "spark-2", "cpu"]  # a spark block exists
     assert select_hosts(["spark-2", "cpu"], ["spark", "spark-2"]) == ["spark-2", "cpu", "spark"]
     skipped = skipped_builtin_hosts(["cpu"])
-    assert list(skipped) == ["spark", "cpu-docker"]
+    assert list(skipped) == ["spark", "cpu-docker", "cpu-vllm-0-24"]
     assert skipped["spark"] == ("no roost-host block saved and not named: once its worker can run, "
                                 "`roost setup --hosts spark`")
-    assert skipped_builtin_hosts(["spark", "cpu", "cpu-docker", "spark-2"]) == {}
+    assert skipped_builtin_hosts(["spark", "cpu", "cpu-docker", "cpu-vllm-0-24", "spark-2"]) == {}
 
 
 @pytest.mark.slow

@@ -98,6 +98,14 @@ def test_the_run_is_sent_to_slack_through_the_saved_notifier_block(first_run: di
     assert_no_secret(text, *(c.body.decode(errors="replace") for c in slack.calls("chat.postMessage")))
 
 
+def test_the_servers_capabilities_are_probed_after_the_health_wait(first_run: dict[str, Any]) -> None:
+    """The demo serves as the production profile does (reasoning parser, tool-call parser): the reasoning
+    split, a named tool call validated against its schema and JSON-schema output each pass, with latency."""
+    probes = first_run["probes"]
+    assert [p["name"] for p in probes] == ["reasoning", "tool", "structured"]
+    assert all(p["ok"] and p["status_code"] == 200 and p["latency_s"] > 0 for p in probes), probes
+
+
 def test_measures_real_ttft_and_decode(first_run: dict[str, Any]) -> None:
     points = first_run["points"]
     kinds = {(p["kind"], p["prompt_tokens"] if p["kind"] == "prompt_length" else p["concurrency"]) for p in points}

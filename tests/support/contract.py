@@ -18,4 +18,5 @@ PLAN_JSON_KEYS = [
     "path", "host", "rules", "architecture", "max_model_len", "kv_cache_memory_bytes", "block_size", "kv_cache_tokens",
     "max_concurrency", "min_kv_cache_bytes", "fits_one_request", "fits_host", "decode_ceiling_tok_s",
     "kv_bytes_per_token", "max_num_seqs", "max_num_batched_tokens", "kv", "fit", "vllm_args", "predicted_log_lines",
+    "gpu_memory_utilization", "pool",
 ]

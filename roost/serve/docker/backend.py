@@ -82,14 +82,14 @@ class DockerBackend(Backend):
         return image_exists(self.client, self.build_plan().rendered.tag)
 
     def prepare(self, log: LogFn = _ignore) -> Prepared:
-        """Build the serving image, or find it (``cached``) when its content-addressed tag exists."""
+        """Build the serving image, or find it (``cached``: the xgrammar versions then come from its labels)
+        when its content-addressed tag exists. The note says whether the base's xgrammar needed a patch."""
         built = build_image(self.build_spec(), client=self.client, log=log, plan=self.build_plan())
         return Prepared(
             backend="docker", image=built.tag, image_digest=built.base_image_digest or built.image_id,
             cached=built.skipped, seconds=built.seconds, xgrammar_version=built.xgrammar_version,
-            vllm_version=built.vllm_version,
-            note=(f"{built.tag} on {built.base_image} ({built.vllm_distribution} {built.vllm_version}, "
-                  f"xgrammar {built.xgrammar_version}: {built.xgrammar_source})"),
+            xgrammar_base=built.xgrammar_base, vllm_version=built.vllm_version,
+            note=f"{built.tag} on {built.base_image}: {built.xgrammar_summary}",
         )
 
     def start(self, spec: ServeSpec, api_key: str | None, prepared: Prepared, log: LogFn = _ignore) -> Server:

@@ -2,12 +2,13 @@
 (vLLM base + xgrammar patch), built with the low-level ``APIClient.build(decode=True)``.
 
 ``plan_build`` resolves the base image, reads what it holds (``PROBE_SCRIPT`` in a throw-away
-container: vLLM's distribution, version and xgrammar requirement, from package metadata, without
-importing vLLM) and renders the Dockerfile with the xgrammar pin that follows from it; ``build_image``
-builds that plan. Every build line goes to a ``log`` callback (the Prefect logger in
-``tasks/build.py``); a failing build raises StageFailed naming its step and last lines, and a failed
-xgrammar check says which base, vLLM and xgrammar did not work together; an existing
-content-addressed tag skips the build and says so.
+container: vLLM's distribution, version and xgrammar requirement and the xgrammar it has, from
+package metadata, without importing vLLM) and renders the Dockerfile with the xgrammar pin that
+follows from it (a patch layer only when the pin differs from the base's own); ``build_image`` builds
+that plan. Every build line goes to a ``log`` callback (the Prefect logger in ``tasks/build.py``); a
+failing build raises StageFailed naming its step and last lines, and a failed xgrammar check says
+which base, vLLM and xgrammar did not work together; an existing content-addressed tag skips the
+build and says so, with the xgrammar versions its labels carry.
 """
 
 from __future__ import annotations
@@ -28,12 +29,16 @@ from roost.errors import StageFailed
 from roost.hosts import HostProfile
 from roost.serve.dockerfile import (
     LABEL_MANAGED,
+    LABEL_VLLM,
+    LABEL_VLLM_DISTRIBUTION,
     PROBE_SCRIPT,
     BaseImageFacts,
     BuildSpec,
     RenderedDockerfile,
+    XgrammarPin,
     check_failure_detail,
     parse_probe,
+    pin_from_labels,
     render_dockerfile,
     table_note,
 )
@@ -72,6 +77,8 @@ class BuildResult(BaseModel):
     xgrammar_version: str
     xgrammar_source: str = Field(description="vllm-pin, installed or override (``XgrammarPin.source``).")
     xgrammar_requirement: str = Field(description="vLLM's xgrammar specifier in the base image; '' for none.")
+    xgrammar_base: str = Field(default="", description="The xgrammar the base image already had; '' for none.")
+    xgrammar_summary: str = Field(default="", description="``XgrammarPin.summary()``: patched A -> B, or no patch needed.")
     vllm_distribution: str
     vllm_version: str = Field(description="The vLLM the base image holds (its package metadata).")
     skipped: bool = Field(description="True when the tag already existed and nothing was built.")
@@ -187,19 +194,24 @@ def build_image(
     plan = plan if plan is not None else plan_build(client, spec)
     rendered, facts, pin = plan.rendered, plan.facts, plan.rendered.xgrammar
 
-    def result(image_id: str, *, skipped: bool, steps: int = 0, log_tail: list[str] | None = None) -> BuildResult:
+    def result(image_id: str, made: XgrammarPin, vllm_distribution: str, vllm_version: str, *, skipped: bool,
+               steps: int = 0, log_tail: list[str] | None = None) -> BuildResult:
         return BuildResult(
             tag=rendered.tag, image_id=image_id, dockerfile_sha256=rendered.sha256, base_image=spec.base_image,
-            base_image_id=plan.base_image_id, base_image_digest=plan.base_repo_digest, xgrammar_version=pin.version,
-            xgrammar_source=pin.source, xgrammar_requirement=pin.requirement,
-            vllm_distribution=rendered.vllm_distribution, vllm_version=rendered.vllm_version,
+            base_image_id=plan.base_image_id, base_image_digest=plan.base_repo_digest, xgrammar_version=made.version,
+            xgrammar_source=made.source, xgrammar_requirement=made.requirement, xgrammar_base=made.base,
+            xgrammar_summary=made.summary(), vllm_distribution=vllm_distribution, vllm_version=vllm_version,
             skipped=skipped, seconds=round(time.monotonic() - t0, 3), steps=steps, log_tail=log_tail or [],
         )
 
     if image_exists(client, rendered.tag):
         image = client.images.get(rendered.tag)
-        log(f"image {rendered.tag} already exists (Dockerfile sha256 {rendered.sha256[:12]}); build skipped")
-        return result(str(image.id), skipped=True)
+        labels: dict[str, str] = dict(image.labels or {})  # what the image itself says it was built with
+        found = pin_from_labels(labels, pin)
+        log(f"image {rendered.tag} already exists (Dockerfile sha256 {rendered.sha256[:12]}); build skipped: "
+            f"{found.summary()}")
+        return result(str(image.id), found, labels.get(LABEL_VLLM_DISTRIBUTION) or rendered.vllm_distribution,
+                      labels.get(LABEL_VLLM) or rendered.vllm_version, skipped=True)
 
     required = f"requires xgrammar{pin.requirement}" if pin.requirement else "names no xgrammar requirement"
     has = f"xgrammar {facts.xgrammar_installed}" if facts.xgrammar_installed else "no xgrammar"
@@ -209,7 +221,7 @@ def build_image(
         log(note)
     if not pin.satisfies:
         log(f"warning: {pin.describe()}; the build's check decides whether vLLM works with it")
-    log(f"building {rendered.tag} FROM {spec.base_image}: {pin.describe()}")
+    log(f"building {rendered.tag} FROM {spec.base_image}: {pin.summary()}")
     api = client.api
     tail: deque[str] = deque(maxlen=tail_lines)
     check: list[str] = []  # the check step's FAIL line, when it prints one
@@ -253,6 +265,7 @@ def build_image(
         api.timeout = api_timeout
     if not image_id:
         image_id = str(client.images.get(rendered.tag).id)
-    built = result(image_id, skipped=False, steps=steps, log_tail=list(tail))
+    built = result(image_id, pin, rendered.vllm_distribution, rendered.vllm_version, skipped=False, steps=steps,
+                   log_tail=list(tail))
     log(f"built {rendered.tag} ({image_id[:19]}) in {built.seconds:.1f} s")
     return built

