@@ -190,6 +190,18 @@ class PoolPrediction(BaseModel):
         return f"Available KV cache memory: {round(self.predicted_bytes / GiB, 2)} GiB"
 
 
+def exact_pool(pool: int, exactness: str, source: str, *, refusal: str | None = None) -> PoolPrediction:
+    """A pool vLLM takes as given (a pin, or the environment variable that replaces it): no range."""
+    return PoolPrediction(predicted_bytes=pool, low_bytes=pool, high_bytes=pool, exactness=exactness, source=source,
+                          refusal=refusal)
+
+
+def _positive_pin(kv_cache_memory_bytes: int) -> int:
+    if kv_cache_memory_bytes <= 0:
+        raise UserError(f"--kv-cache-memory-bytes must be positive, got {kv_cache_memory_bytes}")
+    return kv_cache_memory_bytes
+
+
 def requested_bytes(device_total_bytes: int, gpu_memory_utilization: float) -> int:
     """vLLM 0.24.0 ``request_memory`` (``vllm/v1/worker/utils.py``): ``ceil(total x utilization)``."""
     if not 0 < gpu_memory_utilization <= 1:
@@ -270,16 +282,9 @@ def predict_pool(
         "non-torch memory - CUDA-graph estimate"
     )
     if kv_cache_memory_bytes is not None:
-        if kv_cache_memory_bytes <= 0:
-            raise UserError(f"--kv-cache-memory-bytes must be positive, got {kv_cache_memory_bytes}")
-        return PoolPrediction(
-            predicted_bytes=kv_cache_memory_bytes,
-            low_bytes=kv_cache_memory_bytes,
-            high_bytes=kv_cache_memory_bytes,
-            exactness="Exact: determine_available_memory returns --kv-cache-memory-bytes unchanged "
-            "(gpu_memory_utilization is ignored).",
-            source="vLLM 0.24.0 vllm/v1/worker/gpu_worker.py Worker.determine_available_memory",
-        )
+        return exact_pool(_positive_pin(kv_cache_memory_bytes), "Exact: determine_available_memory returns "
+                          "--kv-cache-memory-bytes unchanged (gpu_memory_utilization is ignored).",
+                          "vLLM 0.24.0 vllm/v1/worker/gpu_worker.py Worker.determine_available_memory")
     if weight_bytes < 0:
         raise UserError(f"weight bytes must not be negative, got {weight_bytes}")
     requested = requested_bytes(device_total_bytes, gpu_memory_utilization)
@@ -353,27 +358,11 @@ def predict_cpu_pool(
             raise UserError(f"VLLM_CPU_KVCACHE_SPACE={value!r} is not a whole number of GiB (vLLM fails at start)") from None
         pool = gib * GiB
         refusal = None if pool > 0 else "No available memory for the cache blocks (VLLM_CPU_KVCACHE_SPACE<=0)."
-        return PoolPrediction(
-            predicted_bytes=max(pool, 0),
-            low_bytes=max(pool, 0),
-            high_bytes=max(pool, 0),
-            exactness=f"Exact: VLLM_CPU_KVCACHE_SPACE={gib} sets the pool to {gib} GiB, replacing "
-            "--kv-cache-memory-bytes and --gpu-memory-utilization.",
-            source=source,
-            requested_bytes=max(pool, 0),
-            refusal=refusal,
-        )
+        return exact_pool(max(pool, 0), f"Exact: VLLM_CPU_KVCACHE_SPACE={gib} sets the pool to {gib} GiB, replacing "
+                          "--kv-cache-memory-bytes and --gpu-memory-utilization.", source, refusal=refusal)
     if kv_cache_memory_bytes is not None:
-        if kv_cache_memory_bytes <= 0:
-            raise UserError(f"--kv-cache-memory-bytes must be positive, got {kv_cache_memory_bytes}")
-        return PoolPrediction(
-            predicted_bytes=kv_cache_memory_bytes,
-            low_bytes=kv_cache_memory_bytes,
-            high_bytes=kv_cache_memory_bytes,
-            exactness="Exact: --kv-cache-memory-bytes (VLLM_CPU_KVCACHE_SPACE unset).",
-            source=source,
-            requested_bytes=kv_cache_memory_bytes,
-        )
+        return exact_pool(_positive_pin(kv_cache_memory_bytes),
+                          "Exact: --kv-cache-memory-bytes (VLLM_CPU_KVCACHE_SPACE unset).", source)
     if node_total_bytes is None or worker_rss_bytes is None:
         raise UserError(
             "vllm-cpu sizes this pool as ceil(node memory x gpu_memory_utilization) minus its RSS after warm-up; "

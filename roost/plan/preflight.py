@@ -31,6 +31,7 @@ from roost.plan.pool import (
     CPU_BACKEND_KVCACHE_GIB,
     ActivationDims,
     PoolPrediction,
+    exact_pool,
     predict_cpu_pool,
     predict_pool,
 )
@@ -150,8 +151,7 @@ def _utilization_pool(host: HostProfile, utilization: float, audit: AuditReport,
 def _pinned_pool(pool: int, env_name: str | None) -> PoolPrediction:
     """A pool vLLM takes as given: ``--kv-cache-memory-bytes``, or the environment variable that replaces it."""
     how = f"{env_name} replaces --kv-cache-memory-bytes" if env_name else "--kv-cache-memory-bytes pins it"
-    return PoolPrediction(predicted_bytes=pool, low_bytes=pool, high_bytes=pool, requested_bytes=pool,
-                          exactness=f"Exact: {how}.", source="pinned")
+    return exact_pool(pool, f"Exact: {how}.", "pinned")
 
 
 def plan_checkpoint(

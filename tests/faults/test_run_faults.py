@@ -46,6 +46,7 @@ from roost_workers import BIN, POOL, REPO, Worker, run_setup, wait_final, worker
 
 from roost.net import free_port
 from roost.profiles import LOCAL
+from roost.serve.probes import probes_for
 from roost.serve.process import process_servers
 from roost.store import load_records
 from roost.vllm import prometheus
@@ -62,7 +63,10 @@ BENCH = {"prompt_lengths": [128, 256, 512, 1024], "output_tokens": 64, "concurre
          "warmup": 1}
 RUN_TIMEOUT_S = 600  # guards against a hung run; nothing here is timed
 B_WAITS_S = 300  # for B to say it waits for the host while A serves: it is there in seconds once past the restart
-MEASURED = 3  # finished requests when the first measured one is done: the health-wait's, the warm-up's, it
+PROBES = len(probes_for(["--reasoning-parser", str(LOCAL.reasoning_parser), "--tool-call-parser", str(LOCAL.tool_call_parser)]))
+MEASURED = 1 + PROBES + 2
+"""Finished requests when the first measured one is done: the health-wait's, the probes' (reasoning, tool,
+structured), the warm-up's, it."""
 
 
 class PrefectServer:

@@ -18,6 +18,7 @@ def test_audits_and_plans_without_serving(prefect_api: str) -> None:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from flows.audit import audit
+    from roost.profiles import LOCAL
     from roost.serve.process import process_servers
 
     result: dict[str, Any] = audit(profile="local")  # from the Hub's headers: nothing downloaded
@@ -26,7 +27,8 @@ def test_audits_and_plans_without_serving(prefect_api: str) -> None:
     assert 0 < result["bytes_fetched"] < result["audit"]["weight_bytes"]
     assert result["audit"]["repo_id"] == "roost-demo/tiny-qwen3" and result["audit"]["commit"] == result["commit"]
     assert not [f for f in result["audit"]["findings"] if f["severity"] == "error"]
-    assert result["plan"]["vllm_args"] and result["vllm_args"][-2:] == ["--dtype", "bfloat16"]  # profile overrides last
+    overrides = LOCAL.vllm_overrides
+    assert result["plan"]["vllm_args"] and result["vllm_args"][-len(overrides):] == overrides  # profile overrides last
     assert process_servers("cpu") == []  # nothing was served
     with get_client(sync_client=True) as client:
         (art,) = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["audit-local-cpu"])),

@@ -11,19 +11,15 @@ knob: the process backend sets it to 1 GiB for a server without a pinned pool).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import land_saved_local
 
 pytestmark = pytest.mark.slow
 
-ROOST = str(Path(sys.executable).parent / "roost")
 PROFILE = "local-by-utilization"
 
 
@@ -37,19 +33,10 @@ def own_results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def landing(prefect_api: str, own_results: Path) -> dict[str, Any]:
-    from blocks.profiles import ModelProfileBlock
-    from roost.profiles import LOCAL
-
-    ModelProfileBlock.from_profile(LOCAL.model_copy(update={
-        "name": PROFILE, "host": "cpu-vllm-0-24", "kv_cache_memory_bytes": None, "gpu_memory_utilization": 0.5,
+    return land_saved_local(PROFILE, {
+        "host": "cpu-vllm-0-24", "kv_cache_memory_bytes": None, "gpu_memory_utilization": 0.5, "evals": [],
         "bench": {"prompt_lengths": [128], "output_tokens": 32, "concurrency": [1, 2], "repeats": 1, "warmup": 1},
-        "evals": [],
-    })).save(PROFILE, overwrite=True)
-    res = subprocess.run([ROOST, "run", "--profile", PROFILE, "--json", "--no-notify"],
-                         capture_output=True, text=True, timeout=1800, env=dict(os.environ))
-    assert res.returncode == 0, res.stderr[-4000:]
-    record: dict[str, Any] = json.loads(res.stdout[res.stdout.index("{"):])
-    return record
+    })
 
 
 def test_served_by_vllm_024_with_the_production_settings(landing: dict[str, Any]) -> None:

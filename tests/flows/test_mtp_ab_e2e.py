@@ -15,40 +15,27 @@ in the next); the test checks that both runs measured every point and the number
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import land_saved_local
 from support.processes import vllm_processes
 
 pytestmark = pytest.mark.slow
 
-ROOST = str(Path(sys.executable).parent / "roost")
 NGRAM = '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}'
 
 
 @pytest.fixture(scope="module")
 def ab_run(prefect_api: str) -> dict[str, Any]:
-    from blocks.profiles import ModelProfileBlock
-    from roost.profiles import LOCAL
-
     # the demo with a short sweep (two servers are benchmarked): a saved profile, as a user would edit one
-    ModelProfileBlock.from_profile(LOCAL.model_copy(update={
-        "name": "local-ab", "max_num_seqs": None,
+    return land_saved_local("local-ab", {
+        "max_num_seqs": None,
         "bench": {"prompt_lengths": [128, 1024], "output_tokens": 64, "concurrency": [1, 4], "repeats": 1, "warmup": 1},
-    })).save("local-ab", overwrite=True)
-    res = subprocess.run([ROOST, "run", "--profile", "local-ab", "--json", "--no-notify", "--mtp-ab",
-                          f"--vllm-arg=--speculative-config={NGRAM}", "--vllm-arg=--enforce-eager"],
-                         capture_output=True, text=True, timeout=1800, env=dict(os.environ))
-    assert res.returncode == 0, res.stderr[-4000:]
-    record: dict[str, Any] = json.loads(res.stdout[res.stdout.index("{"):])
-    return record
+    }, "--mtp-ab", f"--vllm-arg=--speculative-config={NGRAM}", "--vllm-arg=--enforce-eager")
 
 
 def test_both_runs_measured_every_point_and_only_one_speculated(ab_run: dict[str, Any]) -> None:

@@ -233,7 +233,7 @@ def scenario(prefect_api: str, tiny_model: Path, tmp_path_factory: pytest.TempPa
                  "thinking": False, "concurrency": 2}
         # eager: no compile warm-up (the cold start is what it is; the scan is about where the key goes)
         base = LOCAL.model_copy(update={"repo_id": REPO, "demo": False, "host": HOST, "bench": quick,
-                                        "evals": [gsm8k], "vllm_overrides": ["--dtype", "bfloat16", "--enforce-eager"]})
+                                        "evals": [gsm8k], "vllm_overrides": [*LOCAL.vllm_overrides, "--enforce-eager"]})
         ModelProfileBlock.from_profile(base.model_copy(update={"name": PROFILE})).save(PROFILE, overwrite=True)
         Secret(value=PLANTED["vLLM API key"]).save(VLLM_API_KEY_BLOCK, overwrite=True)  # type: ignore[arg-type]
         SlackNotifier(bot_token=PLANTED["Slack bot token"], channel="C0SCAN", base_url=receiver.api_url,  # type: ignore[arg-type]

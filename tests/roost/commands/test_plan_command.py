@@ -20,6 +20,7 @@ from roost.cli import app
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import publish_repo
 from roost.plan.pool import GB10_CUDA_TOTAL_BYTES
+from roost.profiles import LOCAL
 
 ROOST = str(Path(sys.executable).parent / "roost")
 
@@ -235,6 +236,7 @@ def test_profile_local_alone_plans_the_demo_from_its_own_mirror(tmp_path: Path) 
     assert len(out["commit"]) == 40 and out["path"] == f"hf://roost-demo/tiny-qwen3@{out['commit']}"
     assert out["host"] == "cpu" and out["kv_cache_memory_bytes"] == 1024**3 and out["max_model_len"] == 2048
     assert out["bytes_fetched"] > 0 and out["fits_one_request"] is True
-    assert "--served-model-name" in out["vllm_args"] and out["vllm_args"][-2:] == ["--dtype", "bfloat16"]
+    overrides = LOCAL.vllm_overrides  # the profile's overrides come last
+    assert "--served-model-name" in out["vllm_args"] and out["vllm_args"][-len(overrides):] == overrides
     assert (tmp_path / "home" / "preflight" / "roost-demo--tiny-qwen3" / out["commit"] / "listing.json").is_file()
     assert time.monotonic() - t0 < 120

@@ -6,9 +6,8 @@ start-up (hybrid block alignment, ``FullAttentionSpec`` / ``MambaSpec``, ``get_k
 that ``plan_kv`` gives the same block size, blocks, tokens, concurrency and one-request verdict, and
 that vLLM's figures are the recipes' published ones. One subprocess serves every case.
 
-The venv is found through ``ROOST_VLLM024_PYTHON`` (default
-``~/.cache/roost/vllm-venv-0.24.0/bin/python``, where scripts/bootstrap builds it); without it the
-test fails rather than skips. The helper takes about 7 s on this 2-core machine when idle (importing vLLM
+The venv is the host ``cpu-vllm-0-24``'s (``support.vllm024``: where scripts/bootstrap builds it); without
+it the test fails rather than skips. The helper takes about 7 s on this 2-core machine when idle (importing vLLM
 0.24.0 is most of it; 25-30 s under load with a cold file cache), so the module is not marked slow.
 """
 
@@ -23,18 +22,15 @@ from typing import Any
 
 import pytest
 from support import replicas
+from support.vllm024 import vllm024_python
 
 from roost.checkpoint.config import parse_config
+from roost.errors import UserError
 from roost.plan.kv import SPARK_RULES, KvPlan, kv_model_from_config, plan_kv
 from roost.units import GiB
 
 HELPER = Path(__file__).resolve().parents[2] / "support" / "vllm024_kv.py"
-DEFAULT_PYTHON = Path.home() / ".cache/roost/vllm-venv-0.24.0/bin/python"
 L = 262144
-
-
-def vllm024_python() -> Path:
-    return Path(os.environ.get("ROOST_VLLM024_PYTHON") or DEFAULT_PYTHON)
 
 
 @dataclass(frozen=True)
@@ -86,12 +82,7 @@ CASES = {
 
 
 def run_helper(python: Path, cases: list[Case], cwd: Path) -> dict[str, dict[str, Any]]:
-    """vLLM 0.24.0's figures for ``cases``, by name (one run of the helper); fails when the venv is missing."""
-    if not python.is_file():
-        pytest.fail(
-            f"the vLLM 0.24.0 venv's python is not at {python}: scripts/bootstrap builds it at "
-            "$ROOST_HOME/vllm-venv-0.24.0 (ROOST_HOME defaults to ~/.cache/roost); or point ROOST_VLLM024_PYTHON at it"
-        )
+    """vLLM 0.24.0's figures for ``cases``, by name (one run of the helper)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     proc = subprocess.run(
         [str(python), "-I", str(HELPER)],  # -I: no PYTHON* variables, no script directory on sys.path
@@ -192,9 +183,6 @@ def test_nvfp4_without_the_flag_keeps_prefix_caching_off(vllm024: dict[str, dict
 
 def test_missing_venv_fails_with_a_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No venv: a failure naming where it was looked for and how to provide it (never a skip)."""
-    monkeypatch.setenv("ROOST_VLLM024_PYTHON", str(tmp_path / "nope" / "python"))
-    assert vllm024_python() == tmp_path / "nope" / "python"
-    with pytest.raises(pytest.fail.Exception, match=r"not at .*nope/python: scripts/bootstrap builds it"):
-        run_helper(vllm024_python(), [], tmp_path)
-    monkeypatch.delenv("ROOST_VLLM024_PYTHON")
-    assert vllm024_python() == Path.home() / ".cache/roost/vllm-venv-0.24.0/bin/python"
+    monkeypatch.setenv("ROOST_VLLM_VENVS", str(tmp_path / "nope"))
+    with pytest.raises(UserError, match=r"nope/vllm-venv-0.24.0/bin/python not found .*cpu-vllm-0-24.*scripts/bootstrap"):
+        vllm024_python()

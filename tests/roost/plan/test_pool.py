@@ -9,11 +9,11 @@ import json
 import math
 import os
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 from support import replicas
+from support.vllm024 import vllm024_python
 
 from roost.errors import UserError
 from roost.plan.pool import (
@@ -196,18 +196,9 @@ sys.stdout.write("\n" + json.dumps(out) + "\n")
 '''
 
 
-def vllm024_python() -> Path:
-    return Path(os.environ.get("ROOST_VLLM024_PYTHON") or Path.home() / ".cache/roost/vllm-venv-0.24.0/bin/python")
-
-
 @pytest.fixture(scope="module")
 def vllm024_pool(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     python = vllm024_python()
-    if not python.is_file():
-        pytest.fail(
-            f"the vLLM 0.24.0 venv's python is not at {python}: scripts/bootstrap builds it at "
-            "$ROOST_HOME/vllm-venv-0.24.0 (ROOST_HOME defaults to ~/.cache/roost); or point ROOST_VLLM024_PYTHON at it"
-        )
     cases = {
         "requested": [[GB10_CUDA_TOTAL_BYTES, u] for u in (0.70, 0.87, 0.92, 0.5)] + [[48 * GiB + 12345, 0.9]],
         "refusal": [GB10_CUDA_TOTAL_BYTES, round(102 * GiB), 0.87],

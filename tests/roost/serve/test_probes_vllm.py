@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import pytest
 
+from roost.profiles import LOCAL
 from roost.records import ProbeResult
 from roost.serve import probes as P
 from roost.vllm.client import VllmClient, run_sync
@@ -43,7 +44,8 @@ from roost.vllm.client import VllmClient, run_sync
 pytestmark = pytest.mark.slow
 
 PARSER_ARGS = ["--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder"]
-RANDOM_WEIGHT_ARGS = ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
+RANDOM_WEIGHT_ARGS = [a for a in LOCAL.vllm_overrides if a.startswith("--structured-outputs-config")]
+"""The demo profile's compact-JSON setting (with its ``server_env``: plain-JSON named tool calls)."""
 
 
 class Served:
@@ -67,15 +69,12 @@ def parser_server(tiny_model: Path, session_dir: Path) -> Iterator[Served]:
     from roost.serve.base import ServeSpec
     from roost.serve.health import wait_until_ready
     from roost.serve.process import ProcessBackend
-    from roost.settings import vllm_python
 
-    if not vllm_python().exists():
-        pytest.skip(f"no vLLM venv at {vllm_python()}: run scripts/bootstrap")
     key = "probe-key-" + os.urandom(6).hex()
     args = ["--dtype", "bfloat16", "--max-model-len", "2048", *PARSER_ARGS, *RANDOM_WEIGHT_ARGS]
     spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(), vllm_args=args,
                      log_path=session_dir / "vllm-probes.log",
-                     env={"VLLM_CACHE_ROOT": os.environ["VLLM_CACHE_ROOT"], "VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"})
+                     env={"VLLM_CACHE_ROOT": os.environ["VLLM_CACHE_ROOT"], **LOCAL.server_env})
     backend = ProcessBackend(CPU.model_copy(update={"name": "test-probes"}))
     server = backend.start(spec, key, backend.prepare())
     try:
