@@ -240,14 +240,24 @@ def _uses_docker(path: Path) -> bool:
     return "pytest.mark.docker" in text or "docker_engine" in text
 
 
+@functools.cache
+def _uses_vllm024(path: Path) -> bool:
+    """Whether a test file uses the session's vLLM 0.24.0 server: those files are one unit, so one worker
+    starts that server (~80 s) once."""
+    return "vllm024_server" in path.read_text(errors="replace")
+
+
 def _work_unit(nodeid: str) -> str:
-    """The pytest-xdist work unit of a test: its file, or ``docker`` for every file that uses the engine.
+    """The pytest-xdist work unit of a test: its file, ``docker`` for every file that uses the engine, or
+    ``vllm024`` for every file that uses the session's vLLM 0.24.0 server (``_uses_vllm024``).
 
     A file is one unit, so its module fixtures (a landing, a set of workers) are set up once, on one worker.
     The Docker files are one unit together: they share the engine and its nothing-left-behind guard, and
     the containers they start carry deterministic names."""
     path = nodeid.split("::", 1)[0]
-    return "docker" if _uses_docker(REPO / path) else path
+    if _uses_docker(REPO / path):
+        return "docker"
+    return "vllm024" if _uses_vllm024(REPO / path) else path
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -340,23 +340,6 @@ def test_the_host_serves_vllm_0_24_0(vllm024_server: Any) -> None:
 # --- the recipe's clients against 0.24.0 --------------------------------------------------------------
 
 
-def test_the_probes_pass_on_0_24_0_with_the_production_settings(vllm024_server: Any) -> None:
-    """Reasoning split, a named tool call validated against its schema, JSON-schema output: the grammar
-    backend (xgrammar) of the recipes' vLLM does what the recipe's clients ask."""
-    from roost.serve.probes import probes_for, run_probes
-    from roost.vllm.client import VllmClient, run_sync
-
-    names = probes_for(vllm024_server.spec.vllm_args)
-    assert names == ["reasoning", "tool", "structured"]
-
-    async def go() -> list[Any]:
-        async with VllmClient(vllm024_server.base_url, "tiny", api_key=vllm024_server.api_key) as client:
-            return await run_probes(client, names)
-
-    for result in run_sync(go):
-        assert result.ok and result.status_code == 200 and result.failure_class == "", result
-
-
 def test_the_recipes_client_snippet_through_the_gateway(vllm024_server: Any, tmp_path: Path) -> None:
     """The NVFP4 recipe's "Client Usage" snippet, verbatim but for the model (the demo's), the window (2,048
     tokens, not 16,384 for max_tokens) and a thinking budget: through ``roost gateway`` with a gateway key,
