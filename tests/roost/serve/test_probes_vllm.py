@@ -134,7 +134,7 @@ def test_the_answers_the_probes_judged(parser_server: Served) -> None:
     tool = ask(P.tool_request("tiny"))
     [call] = tool["tool_calls"]
     assert call["function"]["name"] == "read_file" and json.loads(call["function"]["arguments"]) in (
-        {"path": "README.md"}, {"path": "pyproject.toml"})  # 0.32 writes compact JSON, 0.24.0 a space after ':' 
+        {"path": "README.md"}, {"path": "pyproject.toml"})  # 0.32 writes compact JSON, 0.24.0 a space after ':'
     structured = ask(P.structured_request("tiny"))
     assert structured["reasoning"] is None and P.schema_error(json.loads(structured["content"]), P.STRUCTURED_SCHEMA) == ""
     reasoning = ask(P.reasoning_request("tiny"))
