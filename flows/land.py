@@ -69,7 +69,8 @@ def land(
     """Land ``profile`` on ``host`` and measure it. Returns the run record (as JSON-able dict).
 
     ``keep_serving``: leave the server up after the run; None: when the profile is the host's production
-    model (``production``; ``False`` is the recipe's one-off, ``RESTART=no``). ``port``: None serves on the profile's fixed port if it has one, else a free one. ``restart_policy``:
+    model (``production``; ``False`` is the recipe's one-off, ``RESTART=no``). ``port``: None serves on
+    the profile's fixed port if it has one, else a free one. ``restart_policy``:
     None is ``unless-stopped`` when ``keep_serving`` (a production landing; the policy moves off the
     host's previous server) and ``no`` otherwise. ``replace``: stop containers roost did not start
     that hold the GPUs or the fixed port (refused otherwise). ``mtp_ab``: after the benchmark, benchmark
