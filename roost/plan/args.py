@@ -42,8 +42,9 @@ from roost.vllm.flags import vllm_flag
 MTP_SPECULATIVE_CONFIG: dict[str, Any] = {"method": "mtp", "num_speculative_tokens": 1}
 
 
-class ServeArgs(BaseModel):
-    """The derived vLLM arguments, as fields and as an argv tail (``to_argv``)."""
+class ServeArgs(ServingSettings):
+    """The derived vLLM arguments, as fields and as an argv tail (``to_argv``); the profile's serving
+    settings are :class:`ServingSettings`' fields."""
 
     served_model_name: str
     max_model_len: int
@@ -53,11 +54,6 @@ class ServeArgs(BaseModel):
     kv_cache_dtype: str = "auto"
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float | None = None
-    reasoning_parser: str | None = None
-    tool_call_parser: str | None = None
-    enable_prefix_caching: bool | None = None
-    enable_chunked_prefill: bool | None = None
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -196,8 +192,8 @@ MAX_OVERRIDE_INT = 2**53
 def parse_overrides(argv: list[str]) -> VllmOverrides:
     """Pick ``--max-model-len``, ``--kv-cache-memory-bytes``, ``--dtype``, ``--kv-cache-dtype``,
     ``--block-size``, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--gpu-memory-utilization``,
-    ``--enforce-eager`` and ``--[no-]enable-prefix-caching`` out of an argv (``--f v``, ``--f=v`` and one argument ``--f v``, in vLLM's ``_`` spelling too;
-    the last one wins). A sizing value that is not a whole number from 1 to 2**53 is a UserError
+    ``--enforce-eager`` and ``--[no-]enable-prefix-caching`` out of an argv (``--f v``, ``--f=v`` and one
+    argument ``--f v``, in vLLM's ``_`` spelling too; the last one wins). A sizing value that is not a whole number from 1 to 2**53 is a UserError
     naming the flag: vLLM would refuse it after the download, the plan refuses it before."""
     found: dict[str, Any] = {}
     i = 0

@@ -60,10 +60,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic import BaseModel, Field
 
+from roost.checkpoint.config import ModelConfigInfo
 from roost.errors import UserError
 from roost.units import GiB, MiB
 
@@ -124,27 +124,9 @@ class ActivationDims(BaseModel):
     shared_expert_intermediate_size: int = Field(default=0, ge=0)
 
     @classmethod
-    def from_config_json(cls, config: Mapping[str, Any]) -> ActivationDims:
-        """From a checkpoint's ``config.json`` (its ``text_config`` when it has one)."""
-        text = config.get("text_config") or config
-        if not isinstance(text, Mapping):
-            raise UserError("config.json: text_config is not an object")
-
-        def num(key: str) -> int:
-            value = text.get(key, 0) or 0
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise UserError(f"config.json: {key} is not an integer ({value!r})")
-            return value
-
-        return cls(
-            hidden_size=num("hidden_size"),
-            vocab_size=num("vocab_size"),
-            intermediate_size=num("intermediate_size"),
-            moe_intermediate_size=num("moe_intermediate_size"),
-            num_experts=num("num_experts"),
-            num_experts_per_tok=num("num_experts_per_tok"),
-            shared_expert_intermediate_size=num("shared_expert_intermediate_size"),
-        )
+    def from_config(cls, cfg: ModelConfigInfo) -> ActivationDims:
+        """From a checkpoint's parsed ``config.json`` (its text model)."""
+        return cls.model_validate(cfg.model_dump(include=set(cls.model_fields)))
 
     @property
     def forward_width(self) -> int:

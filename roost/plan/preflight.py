@@ -137,13 +137,8 @@ def _utilization_pool(host: HostProfile, utilization: float, audit: AuditReport,
     if host.device_memory_bytes is None:
         cpu_env = {"VLLM_CPU_KVCACHE_SPACE": str(CPU_BACKEND_KVCACHE_GIB)} | dict(env or {})
         return predict_cpu_pool(cpu_env, gpu_memory_utilization=utilization)
-    cfg = audit.config
-    dims = ActivationDims(hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size,
-                          intermediate_size=cfg.intermediate_size, moe_intermediate_size=cfg.moe_intermediate_size,
-                          num_experts=cfg.num_experts, num_experts_per_tok=cfg.num_experts_per_tok,
-                          shared_expert_intermediate_size=cfg.shared_expert_intermediate_size)
     return predict_pool(device_total_bytes=host.device_memory_bytes, gpu_memory_utilization=utilization,
-                        weight_bytes=audit.load_weight_bytes, dims=dims, max_num_seqs=max_num_seqs,
+                        weight_bytes=audit.load_weight_bytes, dims=ActivationDims.from_config(audit.config), max_num_seqs=max_num_seqs,
                         max_num_batched_tokens=max_num_batched_tokens, num_speculative_tokens=num_speculative_tokens,
                         multimodal=audit.visual_tensor_count > 0, enforce_eager=enforce_eager, env=env)
 
@@ -237,7 +232,8 @@ def plan_checkpoint(
         kv=kv,
         fit=fit,
         vllm_args=argv,
-        predicted_log_lines=kv.log_lines,
+        # a GPU sizes a utilization pool itself and says so first: "Available KV cache memory: X GiB"
+        predicted_log_lines=[prediction.log_line, *kv.log_lines] if utilization and host.device_memory_bytes else kv.log_lines,
         gpu_memory_utilization=utilization,
         pool=prediction,
         repo_id=audit.repo_id,

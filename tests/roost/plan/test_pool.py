@@ -15,6 +15,7 @@ import pytest
 from support import replicas
 from support.vllm024 import vllm024_python
 
+from roost.checkpoint.config import parse_config
 from roost.errors import UserError
 from roost.plan.pool import (
     CUDA_GRAPH_RANGE,
@@ -29,7 +30,7 @@ from roost.plan.pool import (
 )
 from roost.units import GiB
 
-NVFP4_DIMS = ActivationDims.from_config_json(replicas.nvfp4_moe_mtp().config)
+NVFP4_DIMS = ActivationDims.from_config(parse_config(replicas.nvfp4_moe_mtp().config))
 WEIGHTS_21_8 = round(21.8 * GiB)
 
 
@@ -75,7 +76,7 @@ def test_nvfp4_at_070_on_gb10() -> None:
 def test_forward_pass_estimate() -> None:
     """Residual stream 3 x 2048 + top-8 x (3 x 512 + 2048) + shared 3 x 512 + 2 x 256 router logits."""
     assert NVFP4_DIMS.forward_width == 3 * 2048 + 8 * (3 * 512 + 2048) + 3 * 512 + 2 * 256 == 36_864
-    dense = ActivationDims.from_config_json(replicas.ornith_9b().config)
+    dense = ActivationDims.from_config(parse_config(replicas.ornith_9b().config))
     assert dense.forward_width == 3 * 4096 + 3 * 12288
     # few sequences: the forward pass is the peak
     t = activation_peak(NVFP4_DIMS, max_num_batched_tokens=8192, max_num_seqs=4)
@@ -127,8 +128,12 @@ def test_refusals() -> None:
     assert tiny.predicted_bytes == tiny.high_bytes == 0 and tiny.refusal is not None
     with pytest.raises(UserError, match=r"in \(0, 1\]"):
         nvfp4_at(1.5)
-    with pytest.raises(UserError, match="not an integer"):
-        ActivationDims.from_config_json({"hidden_size": "2048", "vocab_size": 10})
+    with pytest.raises(UserError, match="must be a positive integer"):
+        ActivationDims.from_config(parse_config(_with_text_field(replicas.ornith_9b().config, "hidden_size", "2048")))
+
+
+def _with_text_field(config: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    return {**config, "text_config": {**config["text_config"], key: value}}
 
 
 def test_cpu_pool() -> None:
