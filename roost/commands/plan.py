@@ -57,8 +57,6 @@ def plan(
     inputs = prof.plan_inputs() if prof is not None else PlanInputs()
     inputs = inputs.model_copy(update={k: v for k, v in (("kv_cache_memory_bytes", kv_cache_memory_bytes),
                                                          ("max_model_len", max_model_len)) if v is not None})
-    if kv_cache_memory_bytes is not None:  # a pin asked for replaces the profile's utilization-sized pool
-        inputs = inputs.model_copy(update={"gpu_memory_utilization": None})
     result = plan_checkpoint(audit_target(path, prof, target), target, inputs)
     if as_json:
         echo_json(result.to_json())
