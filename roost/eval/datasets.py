@@ -2,10 +2,11 @@
 
 ``--dataset`` is a local file (Parquet, JSONL or a JSON list), a local directory of them, or a Hub
 dataset repo (``OWNER/NAME`` or ``OWNER/NAME@REVISION``; default: the task's upstream repo) read
-through huggingface_hub, so ``HF_ENDPOINT`` (a Hub mirror), ``HF_TOKEN`` and ``HF_HUB_OFFLINE=1``
-(a warm cache) work as for every Hub download. In a directory or repo, the evaluation split is the
-files named ``test`` (``test.jsonl``, ``data/test-00000-of-00001.parquet``), in the task's config
-directory when the repo has several (GSM8K's ``main``).
+through roost's Hub client into huggingface_hub's cache (``roost.hub.cache``), so ``HF_ENDPOINT`` (a Hub
+mirror), ``HF_TOKEN`` and ``HF_HUB_OFFLINE=1`` (a warm cache) work as for every Hub download. In a
+directory or repo, the evaluation split is the files named ``test`` (``test.jsonl``,
+``data/test-00000-of-00001.parquet``), in the task's config directory when the repo has several
+(GSM8K's ``main``).
 
 The sample: ``--per-category N`` takes N questions of each category (MMLU-Pro's 14 categories,
 MATH-500's 7 subjects), each drawn with its own generator seeded from ``(seed, category)``, so a
@@ -23,24 +24,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from roost.errors import UserError
-from roost.eval.tasks import EvalTask, Question
+from roost.eval.suites import EvalTask, Question
+from roost.eval_record import DatasetInfo
 
 DATA_SUFFIXES = (".parquet", ".jsonl", ".json")
 _SHARD = re.compile(r"(-\d{5}-of-\d{5})?\.(parquet|jsonl|json)$")
 """A file's split name: ``test-00000-of-00002.parquet`` and ``test-00001-of-00002.parquet`` are one split."""
 _REPO = re.compile(r"^(?:hf://datasets/)?([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$")
-
-
-class DatasetInfo(BaseModel):
-    """Where the questions came from (the JSON's ``dataset``; stored with the run)."""
-
-    source: str = Field(description="A local path, or the Hub dataset repo id.")
-    revision: str = Field(description="The Hub commit sha, or sha256:<first 16 hex> of the local files.")
-    files: list[str] = Field(default_factory=list, description="The files read, relative to the source.")
-    rows: int = 0
 
 
 class Dataset(BaseModel):
@@ -120,60 +113,31 @@ def _local_digest(files: Sequence[Path]) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
-HUB_TIMEOUT_S = (10.0, 30.0)
-"""Connect and read timeouts of huggingface_hub's requests for a dataset (its default client has none)."""
-
-
-def _bound_hub_requests() -> None:
-    """Give huggingface_hub's shared HTTP client connect and read timeouts: without them a Hub that
-    accepts a connection and never answers holds an evaluation forever."""
-    from huggingface_hub import set_client_factory
-    from huggingface_hub.utils import _http as hf_http
-
-    def bound(request: Any) -> None:  # its calls pass timeout=None per request: bound each one as it is sent
-        timeout = dict(request.extensions.get("timeout") or {})
-        for phase, limit in (("connect", HUB_TIMEOUT_S[0]), ("read", HUB_TIMEOUT_S[1]), ("write", HUB_TIMEOUT_S[1]),
-                             ("pool", HUB_TIMEOUT_S[1])):
-            if timeout.get(phase) is None:
-                timeout[phase] = limit
-        request.extensions["timeout"] = timeout
-
-    def factory() -> Any:
-        client = hf_http.default_client_factory()
-        client.event_hooks["request"] = [*client.event_hooks["request"], bound]
-        return client
-
-    set_client_factory(factory)
-
-
 def hub_dataset_dir(repo_id: str, revision: str | None, *, endpoint: str | None, token: str | None) -> tuple[Path, str]:
-    """Download (or find in the cache) a dataset repo's data files: (local dir, commit sha)."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    """Download (or find in the Hub cache) a dataset repo's data files: (local dir, commit sha).
 
-    from roost.hub._http import resolve_endpoint
-    from roost.hub.errors import FaultContext, is_transient, short_fault, to_roost_error
+    Through roost's Hub client (``roost.hub.cache``: bounded, validated and timed requests, retries, each
+    fetched file verified) into huggingface_hub's cache, laid out as huggingface_hub lays it out: a cache
+    it warmed is found, and ``HF_HUB_OFFLINE=1`` reads the cache alone."""
+    from roost.hub._endpoint import resolve_endpoint, resolve_token
+    from roost.hub.cache import NotInCache, download_to_cache
+    from roost.hub.errors import HubUnreachable
 
-    endpoint = resolve_endpoint(endpoint)  # an unusable HF_ENDPOINT is refused before any request
-    _bound_hub_requests()
+    endpoint = resolve_endpoint(endpoint)  # an unusable HF_ENDPOINT (or token) is refused before any request
+    token = resolve_token(token)
     rev = revision or "main"
-    ctx = FaultContext(repo_id=repo_id, revision=rev, endpoint=endpoint, have_token=bool(token), stage="eval")
     try:
-        local = snapshot_download(repo_id, repo_type="dataset", revision=rev, endpoint=endpoint, token=token,
-                                  allow_patterns=[f"*{s}" for s in DATA_SUFFIXES])
-    except LocalEntryNotFoundError:
+        snapshot = download_to_cache(repo_id, repo_type="dataset", revision=rev, endpoint=endpoint, token=token,
+                                     allow_patterns=[f"*{s}" for s in DATA_SUFFIXES], stage="eval")
+    except NotInCache:
         raise UserError(f"--dataset {repo_id}@{rev}: not in the Hub cache and the Hub is not reachable "
                         f"(offline?): run once with network or give a local file") from None
-    except Exception as exc:
-        mapped = to_roost_error(exc, ctx)
-        if mapped is not None:
-            raise UserError(f"--dataset: {mapped}") from None
-        if is_transient(exc):
-            raise UserError(f"--dataset {repo_id}@{rev}: {ctx.endpoint} did not answer ({short_fault(exc)}); "
-                            f"try again, or give a local file") from None
-        raise
-    path = Path(local)
-    return path, path.name  # .../snapshots/<commit>
+    except HubUnreachable as exc:  # a file's transfer outlasted its retries
+        said = str(exc).removeprefix(f"{exc.stage}: ")
+        raise UserError(f"--dataset {repo_id}@{rev}: {said}, or give a local file") from None
+    except UserError as exc:
+        raise UserError(f"--dataset: {exc}") from None
+    return snapshot.path, snapshot.commit  # .../snapshots/<commit>
 
 
 def load_dataset(task: EvalTask, dataset: str | None, *, endpoint: str | None = None,

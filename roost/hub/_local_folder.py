@@ -43,6 +43,10 @@ from roost.inputs.text import shown
 log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
+PATH_MAX = 4096
+"""Longest path the kernel opens, in bytes (with its NUL)."""
+STATE_ROOM = 100
+"""Bytes roost's own files add to the download directory's path (``.roost/partial/<sha256>.part``)."""
 
 
 def state_dir(local_dir: Path) -> Path:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from roost.hub._http import HubClient, xet_available
+from roost.hub._files import xet_available
+from roost.hub._http import HubClient
 from roost.hub._local_folder import Fingerprint, ManifestWriter, hash_in_place, inside, partial_path
 from roost.hub.errors import Stopped
 from roost.hub.integrity import FileDigest, HubFile, IntegrityError, Mismatch, check_digest
@@ -91,34 +92,72 @@ def fetch_all(
     hash_meter = ProgressMeter(progress, "verify", sum(f.size for f in files), len(files), interval)
 
     def fetch(f: HubFile) -> int:
-        dest = inside(local_dir, f.path)  # resolved: never outside local_dir, whatever symlinks it holds
-        ctx = client.context(repo_id, commit, f.path)
-        if use_xet and f.xet_hash:
-            client.retry(
-                lambda: client.fetch_xet(repo_id, commit, f.path, local_dir, meter.counter.add),
-                what=f"fetching {f.path} (xet)",
-                ctx=ctx,
-                stop=stop,
-            )
-            return 0
-        part = inside(local_dir, partial_path(local_dir, f).relative_to(local_dir).as_posix())
-        part.parent.mkdir(parents=True, exist_ok=True)
-        url = client.file_url(repo_id, commit, f.path)
-        resumed = client.retry(
-            lambda: client.fetch_http(url, part, f.size, meter.counter.add, stop, f.path),
-            what=f"fetching {f.path}",
-            ctx=ctx,
-            progress_marker=lambda: part.stat().st_size if part.exists() else 0,
-            stop=stop,
-        )
-        dest = inside(local_dir, f.path)  # again, just before the rename: a symlink made meanwhile is refused too
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(part, dest)
-        return resumed
+        return fetch_one(client, repo_id, commit, local_dir, f, meter.counter.add, stop, use_xet=use_xet)
 
     # biggest first: the long transfers start at once, the small ones fill the gaps
     order = sorted(files, key=lambda f: f.size, reverse=True)
     downloads: dict[Future[int], HubFile] = {fetchers.submit(fetch, f): f for f in order}
+    out, bad = _verify_as_they_land(downloads, local_dir, hashers, stop, writer, meter, hash_meter)
+    if bad:
+        raise IntegrityError(
+            bad, "the fetched bytes do not match the Hub's listing; run again to fetch the named files anew"
+        )
+    hash_meter.tick(force=True)
+    return out, meter.counter.value
+
+
+def fetch_one(
+    client: HubClient,
+    repo_id: str,
+    commit: str,
+    local_dir: Path,
+    f: HubFile,
+    on_bytes: Callable[[int], None],
+    stop: threading.Event,
+    *,
+    use_xet: bool,
+) -> int:
+    """Fetch one file (with retries) to its place in ``local_dir``: through hf_xet when ``use_xet`` and
+    the Hub stores it in Xet, else over HTTP to its partial file, renamed into place once complete.
+    Returns the bytes the partial file held when the final attempt started (0 through hf_xet)."""
+    dest = inside(local_dir, f.path)  # resolved: never outside local_dir, whatever symlinks it holds
+    ctx = client.context(repo_id, commit, f.path)
+    if use_xet and f.xet_hash:
+        client.retry(
+            lambda: client.fetch_xet(repo_id, commit, f.path, local_dir, on_bytes),
+            what=f"fetching {f.path} (xet)",
+            ctx=ctx,
+            stop=stop,
+        )
+        return 0
+    part = inside(local_dir, partial_path(local_dir, f).relative_to(local_dir).as_posix())
+    part.parent.mkdir(parents=True, exist_ok=True)
+    url = client.file_url(repo_id, commit, f.path)
+    resumed = client.retry(
+        lambda: client.fetch_http(url, part, f.size, on_bytes, stop, f.path),
+        what=f"fetching {f.path}",
+        ctx=ctx,
+        progress_marker=lambda: part.stat().st_size if part.exists() else 0,
+        stop=stop,
+    )
+    dest = inside(local_dir, f.path)  # again, just before the rename: a symlink made meanwhile is refused too
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(part, dest)
+    return resumed
+
+
+def _verify_as_they_land(
+    downloads: dict[Future[int], HubFile],
+    local_dir: Path,
+    hashers: ThreadPoolExecutor,
+    stop: threading.Event,
+    writer: ManifestWriter,
+    meter: ProgressMeter,
+    hash_meter: ProgressMeter,
+) -> tuple[list[Fetched], list[Mismatch]]:
+    """Wait on the fetches; hash each file as it lands and record it in the manifest when it matches.
+    A mismatch sets ``stop`` (the other transfers end; their partial files stay). Returns the files
+    verified and the mismatches found."""
     verifies: dict[Future[tuple[FileDigest, Fingerprint]], HubFile] = {}
     resumed_from: dict[str, int] = {}
     out: list[Fetched] = []
@@ -127,7 +166,7 @@ def fetch_all(
     fetching = len(downloads)
     meter.tick(force=True)
     while pending:
-        done, pending = wait(pending, timeout=interval, return_when=FIRST_COMPLETED)
+        done, pending = wait(pending, timeout=meter.interval, return_when=FIRST_COMPLETED)
         for fut in done:
             if fut in downloads:
                 f = downloads[fut]
@@ -159,9 +198,4 @@ def fetch_all(
             meter.tick()
         else:
             hash_meter.tick()
-    if bad:
-        raise IntegrityError(
-            bad, "the fetched bytes do not match the Hub's listing; run again to fetch the named files anew"
-        )
-    hash_meter.tick(force=True)
-    return out, meter.counter.value
+    return out, bad

@@ -1,7 +1,7 @@
 """What can go wrong talking to the Hub or writing the download, and the sentence each fault becomes.
 
 - **Transient** (:func:`is_transient`): 5xx, 408, 429, connection refused or reset, no such host,
-  timeouts, a transfer cut short. The retry loop (``roost.hub._http.with_retries``) backs off and
+  timeouts, a transfer cut short. The retry loop (``roost.hub._retries.with_retries``) backs off and
   tries again (3 tries in all while the endpoint has never answered, 6 once it has); what outlasts
   the retries is :class:`HubUnreachable` (a ``StageFailed``: worth running again later).
 - **Client-side** (``UnsupportedProtocol``, ``LocalProtocolError``): what roost's own request cannot

@@ -33,6 +33,7 @@ import httpx
 
 from roost.errors import StageFailed, UserError
 from roost.net import free_port, require_free_port
+from roost.settings import HUB_TOKEN_VARIABLES, child_env
 
 _REQUEST_LINE = re.compile(r'"(GET|HEAD|POST) (\S+) HTTP/[0-9.]+" (\d{3})')
 
@@ -148,7 +149,7 @@ class HubMirror:
         # start mirrors in the same state directory, and a shared file would hand both the same port
         config = self.workdir / f"olah-{self.port}.toml"
         config.write_text(self.config_text())
-        env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+        env = child_env(without=HUB_TOKEN_VARIABLES)
         with open(self.log_path, "ab") as log_file:
             log_file.write(f"--- roost: starting olah on {self.endpoint} at {time.ctime()}\n".encode())
             log_file.flush()

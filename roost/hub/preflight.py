@@ -43,12 +43,14 @@ from roost.checkpoint.files import METADATA_NAMES, FetchedFiles, RemoteShard
 from roost.checkpoint.model import header_digest
 from roost.checkpoint.safetensors_header import HeaderError, header_length
 from roost.errors import UserError
-from roost.hub._http import HubClient, RetryPolicy, is_full_sha, resolve_endpoint, resolve_token
+from roost.hub._endpoint import resolve_endpoint, resolve_token
+from roost.hub._http import HubClient, is_full_sha
+from roost.hub._retries import RetryPolicy
 from roost.hub.integrity import HubFile
 from roost.hub.patterns import DEFAULT_ALLOW_PATTERNS, DEFAULT_IGNORE_PATTERNS
 from roost.hub.snapshot import DownloadSpec, select_files
 from roost.inputs.text import redact_url
-from roost.settings import repo_dir_name, roost_home
+from roost.settings import hub_offline, repo_dir_name, roost_home
 
 SCHEME = "hf://"
 FIRST_READ = 1 << 16
@@ -144,7 +146,7 @@ def preflight(
     client = HubClient(endpoint, resolve_token(token), policy=retry or PREFLIGHT_RETRY, stage="preflight")
     endpoint = client.endpoint  # as messages and the answer show it (a password in it is ***)
     try:
-        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") and not is_full_sha(spec.revision):
+        if hub_offline() and not is_full_sha(spec.revision):
             commit = cache.offline_ref(spec.revision)
         else:
             commit = client.resolve(spec.repo_id, spec.revision)

@@ -3,16 +3,19 @@
 Workers add to a thread-safe byte counter; :class:`ProgressMeter` turns it into throttled
 :class:`DownloadProgress` reports, always delivered on the thread that runs the download, so a
 callback (a CLI line, a Prefect progress artifact) never runs concurrently with itself.
+:func:`byte_counting_tqdm` forwards the bytes of huggingface_hub's own bars (an hf_xet transfer) to a counter.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from tqdm.auto import tqdm
 
+from roost._compat import XET_TRANSFER_BAR_MARKER
 from roost.hub.integrity import ByteCounter
 from roost.units import format_bytes, format_seconds
 
@@ -100,3 +103,24 @@ class ProgressMeter:
         if force or now - self._last >= self.interval:
             self._last = now
             self.callback(self.snapshot())
+
+
+def byte_counting_tqdm(sink: Callable[[int], None]) -> Any:
+    """A silent tqdm class that forwards the bytes of huggingface_hub's file bar to ``sink``.
+
+    hf_xet reports network bytes ("downloading bytes") and file bytes on two bars; only the file
+    bytes are forwarded, so each byte of the file counts once.
+    """
+
+    class _Counter(tqdm):  # type: ignore[misc, type-arg]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._forward = XET_TRANSFER_BAR_MARKER not in str(kwargs.get("desc", ""))
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+        def update(self, n: float | None = 1) -> bool | None:
+            if n and self._forward:
+                sink(int(n))
+            return None
+
+    return _Counter

@@ -21,6 +21,7 @@ from typing import Literal
 
 from roost.errors import UserError
 from roost.hub.integrity import hash_files
+from roost.settings import child_env
 
 LFS_SUFFIXES = (
     ".safetensors",
@@ -75,7 +76,7 @@ def lfs_object_path(repo: Path, sha256: str) -> Path:
 
 
 def _git(repo: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> str:
-    full_env = {**os.environ, **_GIT_ENV, **(env or {})}
+    full_env = {**child_env(), **_GIT_ENV, **(env or {})}
     proc = subprocess.run(
         ["git", "-C", str(repo), *args], input=stdin, capture_output=True, env=full_env, check=False
     )
@@ -207,7 +208,7 @@ def _head(repo: Path) -> str | None:
     proc = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "-q", "--verify", "refs/heads/main"],
         capture_output=True,
-        env={**os.environ, **_GIT_ENV},
+        env={**child_env(), **_GIT_ENV},
         check=False,
     )
     out = proc.stdout.decode().strip()

@@ -31,61 +31,47 @@ fetched that does not match the listing (a re-fetched corrupt file included: the
 other bytes than it lists) is ``IntegrityError`` (a ``CheckFailed``) naming the file, the expected and
 the found digest.
 
-The pieces: ``errors`` (faults and their sentences), ``_http`` (endpoint, token, Hub calls, retries),
-``_local_folder`` (manifest, fingerprints, partial files, the plan), ``_transfer`` (hashing in place,
-parallel fetch), ``progress`` (the progress reports), ``integrity`` (digests).
+The pieces: ``spec`` (the stage's input and output models), ``errors`` (faults and their sentences),
+``_endpoint`` (endpoint, token, timeouts), ``_http`` (the Hub calls: ``_session``, ``_files``),
+``_retries`` (backoff), ``_local_folder`` (manifest, fingerprints, partial files, the plan), ``_run``
+(steps 4 to 7 at a resolved commit), ``_transfer`` (hashing in place, parallel fetch), ``progress``
+(the progress reports), ``integrity`` (digests).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
-import re
 import stat
-import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
-
 from roost.errors import UserError
 from roost.fslock import exclusive
-from roost.hub._http import HubClient, RetryPolicy, is_full_sha, resolve_endpoint, resolve_token
+from roost.hub._endpoint import resolve_endpoint, resolve_token
+from roost.hub._http import HubClient, is_full_sha
 from roost.hub._local_folder import (
+    PATH_MAX,
+    STATE_ROOM,
     Manifest,
-    ManifestWriter,
-    changed_after_verified,
     download_lock_path,
     free_bytes,
     load_manifest,
-    partial_dir,
-    partial_size,
-    plan_local_files,
-    set_aside,
 )
-from roost.hub._transfer import fetch_all, hash_on_disk
-from roost.hub.answers import repo_path_fault
+from roost.hub._retries import RetryPolicy
+from roost.hub._run import run_download
 from roost.hub.errors import local_disk_errors
-from roost.hub.integrity import (
-    FileDigest,
-    HubFile,
-    IntegrityError,
-    Mismatch,
-    check_digest,
-    default_hash_workers,
-)
-from roost.hub.patterns import DEFAULT_ALLOW_PATTERNS, DEFAULT_IGNORE_PATTERNS
+from roost.hub.integrity import HubFile, default_hash_workers
+from roost.hub.patterns import select
 from roost.hub.progress import ProgressCallback
+from roost.hub.spec import DownloadResult, DownloadSpec, FileRecord, is_ref_name, selection_key
 from roost.inputs.files import kind_of
 from roost.inputs.text import redact_url, shown
-from roost.units import MiB, format_bytes, format_seconds
+from roost.units import format_bytes
 
 __all__ = [
     "DownloadResult",
@@ -93,6 +79,7 @@ __all__ = [
     "FileRecord",
     "RetryPolicy",
     "download_and_verify",
+    "is_ref_name",
     "select_files",
     "selection_key",
     "usable_local_dir",
@@ -102,152 +89,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_OWN_DIRS = (".roost", ".cache")  # roost's and huggingface_hub's bookkeeping: never taken from a repo
-PATH_MAX = 4096
-"""Longest path the kernel opens, in bytes (with its NUL)."""
-STATE_ROOM = 100
-"""Bytes roost's own files add to the download directory's path (``.roost/partial/<sha256>.part``)."""
-Source = Literal["cache", "disk", "download"]
-
-
-def selection_key(allow_patterns: Iterable[str] | None, ignore_patterns: Iterable[str] | None) -> str:
-    """A short stable digest of the pattern selection (order-insensitive)."""
-    payload = json.dumps([sorted(allow_patterns or []), sorted(ignore_patterns or [])])
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-_REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
-
-
-def is_ref_name(revision: str) -> bool:
-    """Whether ``revision`` is a name git's ``check-ref-format`` accepts (a branch like ``refs/pr/1``, a
-    tag, a sha): what the Hub can resolve; anything else is a typo or an attempt at a path."""
-    if len(revision) > 255 or _REF_FORBIDDEN.search(revision) or revision.endswith(("/", ".", ".lock")):
-        return False
-    return all(part and not part.startswith(".") and not part.endswith(".lock") for part in revision.split("/"))
-
-
-class DownloadSpec(BaseModel):
-    """What to fetch: a repo, a revision, and the file patterns of the model profile."""
-
-    repo_id: str
-    revision: str = "main"
-    allow_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW_PATTERNS))
-    ignore_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE_PATTERNS))
-
-    @field_validator("repo_id")
-    @classmethod
-    def _repo_id_form(cls, v: str) -> str:
-        parts = v.split("/")
-        if len(parts) != 2 or not all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", p) for p in parts):
-            raise ValueError(f"repo id {shown(v, 80)!r} is not of the form ORG/NAME (e.g. 'Qwen/Qwen3-0.6B')")
-        return v
-
-    @field_validator("revision")
-    @classmethod
-    def _revision_nonempty(cls, v: str) -> str:
-        v = v.strip()
-        if not v:
-            raise ValueError("revision is empty; pass a branch, tag or commit sha (default 'main')")
-        if not is_ref_name(v):
-            raise ValueError(f"revision {shown(v, 80)!r} is not a branch, tag or commit git would accept "
-                             "(no '..', spaces, control characters or ~^:?*[\\; at most 255 characters)")
-        return v.lower() if re.fullmatch(r"[0-9a-fA-F]{40}", v) else v
-
-    def pinned(self, commit: str) -> DownloadSpec:
-        """The same spec with the revision replaced by a resolved commit sha."""
-        return self.model_copy(update={"revision": commit})
-
-    @property
-    def selection(self) -> str:
-        """A short digest of the allow/ignore patterns (part of the Prefect cache key)."""
-        return selection_key(self.allow_patterns, self.ignore_patterns)
-
-
-class FileRecord(BaseModel):
-    """One file of the result: where it is, what it hashes to, and how this run got it."""
-
-    path: str
-    size: int
-    sha256: str
-    verified: bool
-    lfs: bool = False
-    git_oid: str | None = Field(default=None, description="The git blob id checked, for a non-LFS file.")
-    source: Source = Field(
-        description="cache: fingerprint unchanged since verified; disk: hashed in place; download: fetched now."
-    )
-    resumed_from: int = Field(
-        default=0,
-        description="Bytes already on disk (kept, not fetched again) when the transfer's final attempt started.",
-    )
-    corrupt_copy: str | None = Field(
-        default=None,
-        description="Where this run set aside the copy it found changed since roost verified it (relative to "
-        "local_dir); the file itself was fetched again.",
-    )
-
-
-class DownloadResult(BaseModel):
-    """What the download stage established (``roost download --json``, the download task's result)."""
-
-    repo_id: str
-    revision: str = Field(description="What was asked for: a branch, tag or commit.")
-    commit: str
-    local_dir: str
-    files: list[FileRecord]
-    bytes: int = Field(description="Total size of the selected files.")
-    cached: bool = Field(
-        description="Nothing was fetched or hashed: every file was verified before and unchanged."
-    )
-    downloaded_bytes: int = 0
-    hashed_bytes: int = 0
-    seconds: float = 0.0
-    endpoint: str = ""
-
-    def summary(self) -> str:
-        """One sentence: what was verified where, and what this run fetched and hashed."""
-        how = (
-            "cached, nothing fetched or hashed"
-            if self.cached
-            else f"fetched {format_bytes(self.downloaded_bytes)}, hashed {format_bytes(self.hashed_bytes)}"
-        )
-        if corrupt := sum(f.corrupt_copy is not None for f in self.files):
-            how += f", {corrupt} corrupt file{'s' if corrupt > 1 else ''} set aside and fetched again"
-        return (
-            f"{self.repo_id}@{self.commit} verified in {self.local_dir}: {len(self.files)} files, "
-            f"{format_bytes(self.bytes)} ({how}, {format_seconds(self.seconds)})"
-        )
-
-
 # ------------------------------------------------------------------------------------------ selection
 
 
 def select_files(listing: Sequence[HubFile], spec: DownloadSpec) -> list[HubFile]:
-    """The files of ``listing`` that the spec's allow/ignore patterns select (huggingface_hub's rules).
-
-    A name no download directory can hold (``roost.hub.answers.repo_path_fault``: ``..``, absolute, a
-    control character...) refuses the whole repository; roost's and huggingface_hub's own directories
-    are never taken from it."""
-    for f in listing:
-        fault = repo_path_fault(f.path)
-        if fault is not None:
-            raise UserError(
-                f"{spec.repo_id} lists a file at {shown(repr(f.path))}, which {fault}; "
-                "refusing to download this repository"
-            )
-    listing = [f for f in listing if f.path.split("/", 1)[0] not in _OWN_DIRS]
-    # here, not at import: importing huggingface_hub parses HF_ENDPOINT (checked before this runs)
-    from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]  # public: in its lazy __all__
-
-    return sorted(
-        filter_repo_objects(
-            listing,
-            allow_patterns=spec.allow_patterns or None,
-            ignore_patterns=spec.ignore_patterns or None,
-            key=lambda f: f.path,
-        ),
-        key=lambda f: f.path,
-    )
+    """The files of ``listing`` that the spec's allow/ignore patterns select (``roost.hub.patterns.select``:
+    huggingface_hub's rules; a name no download directory can hold refuses the whole repository)."""
+    return select(listing, spec.repo_id, spec.allow_patterns, spec.ignore_patterns)
 
 
 def usable_local_dir(local_dir: Path | str) -> Path:
@@ -427,12 +275,15 @@ def _download_held(
             assert manifest is not None
             return _cached_result(spec, manifest, warm, local_dir, client.endpoint, t0)
         with local_disk_errors(local_dir):
-            return _run(
+            everything, listing = _selected_listing(spec, commit, local_dir, client, manifest)
+            return run_download(
                 spec,
                 commit,
                 local_dir,
                 client,
                 manifest,
+                everything,
+                listing,
                 progress=progress,
                 progress_interval=progress_interval,
                 free_space=free_space,
@@ -446,22 +297,12 @@ def _download_held(
         client.close()
 
 
-def _run(
-    spec: DownloadSpec,
-    commit: str,
-    local_dir: Path,
-    client: HubClient,
-    manifest: Manifest | None,
-    *,
-    progress: ProgressCallback | None,
-    progress_interval: float,
-    free_space: Callable[[Path], int],
-    margin_bytes: int | None,
-    download_workers: int,
-    hash_workers: int,
-    transfer: Literal["auto", "http"],
-    t0: float,
-) -> DownloadResult:
+def _selected_listing(
+    spec: DownloadSpec, commit: str, local_dir: Path, client: HubClient, manifest: Manifest | None
+) -> tuple[list[HubFile], list[HubFile]]:
+    """The commit's listing (the manifest's when it holds this commit's: a commit's listing never
+    changes) and the files of it the spec selects; a UserError when none is, or when a path would not fit
+    under ``local_dir``."""
     same_commit = manifest is not None and manifest.repo_id == spec.repo_id and manifest.commit == commit
     if same_commit and manifest is not None and manifest.listing:
         everything = list(manifest.listing)  # a commit's listing never changes
@@ -474,174 +315,7 @@ def _run(
             f"(ignoring {spec.ignore_patterns}); it has {len(everything)} files: widen the model profile's patterns"
         )
     _check_path_room(local_dir, listing)
-    verified = dict(manifest.verified) if manifest is not None and manifest.repo_id == spec.repo_id else {}
-    writer = ManifestWriter(
-        local_dir, Manifest(repo_id=spec.repo_id, commit=commit, listing=everything, verified=verified)
-    )
-    plan = plan_local_files(local_dir, listing, verified)
-    by_path = {f.path: f for f in listing}
-    total = sum(f.size for f in listing)
-    records: dict[str, FileRecord] = {
-        f.path: _record(f, verified[f.path].sha256, verified[f.path].git_oid, "cache") for f in plan.cached
-    }
-    corrupt: dict[str, _Corrupt] = {}
-
-    def set_aside_corrupt(f: HubFile, mismatch: Mismatch) -> None:
-        """A file roost verified that no longer matches: moved out of the way, forgotten, fetched again."""
-        corrupt[f.path] = _Corrupt(mismatch, set_aside(local_dir, f.path))
-        writer.forget(f.path)
-        plan.to_fetch.append(f)
-
-    hashed_bytes = 0
-    downloaded = 0
-    stop = threading.Event()
-    hashers = ThreadPoolExecutor(max_workers=hash_workers, thread_name_prefix="roost-verify")
-    fetchers = ThreadPoolExecutor(max_workers=max(1, download_workers), thread_name_prefix="roost-fetch")
-    try:
-        for changed in plan.mismatches:  # verified once, since changed in size: no need to hash it
-            set_aside_corrupt(by_path[changed.path], changed)
-        log.info(
-            "%s@%s (%s): %d files, %s; %d verified before, %d to hash in place, %d to fetch",
-            spec.repo_id, commit[:12], spec.revision, len(listing), format_bytes(total),
-            len(plan.cached), len(plan.to_hash), len(plan.to_fetch),
-        )
-        # 1. files on disk roost has not verified (or that changed since): hash them where they are.
-        if plan.to_hash:
-            hashed = hash_on_disk(local_dir, plan.to_hash, hashers, progress, progress_interval)
-            for f, digest, fp in hashed:
-                hashed_bytes += digest.size
-                entry = verified.get(f.path)
-                mismatch = check_digest(f, digest)
-                if mismatch is None:
-                    writer.record(f, digest, fp)
-                    records[f.path] = _verified_record(f, digest, "disk")
-                elif entry is not None and entry.expected == f.expected_digest:
-                    mismatch.note = changed_after_verified(entry)
-                    set_aside_corrupt(f, mismatch)
-                else:
-                    log.info(
-                        "%s on disk is not the file at %s (%s); fetching it",
-                        f.path,
-                        commit[:12],
-                        mismatch.sentence(),
-                    )
-                    writer.forget(f.path)
-                    plan.to_fetch.append(f)
-            writer.flush()
-
-        # 2. disk preflight for what is left to fetch.
-        on_disk = {f.path: partial_size(local_dir, f) for f in plan.to_fetch}
-        need = sum(f.size - on_disk[f.path] for f in plan.to_fetch)
-        if need > 0:
-            margin = margin_bytes if margin_bytes is not None else max(512 * MiB, need // 50)
-            free = free_space(local_dir)
-            if free < need + margin:
-                raise UserError(
-                    f"not enough disk space in {local_dir}: {spec.repo_id}@{commit[:12]} needs {format_bytes(need)} "
-                    f"more (+ {format_bytes(margin)} margin) but only {format_bytes(free)} is free; free some space "
-                    "or pass --local-dir on a larger disk"
-                )
-
-        # 3. fetch (resuming partial transfers) and verify each file as soon as it lands.
-        if plan.to_fetch:
-            try:
-                fetched, downloaded = fetch_all(
-                    spec.repo_id, commit, local_dir, client, plan.to_fetch, on_disk,
-                    fetchers=fetchers, hashers=hashers, stop=stop, writer=writer,
-                    progress=progress, interval=progress_interval, transfer=transfer,
-                )
-            except IntegrityError as exc:
-                raise _fetched_again_wrong(exc, corrupt) from None
-            for got in fetched:
-                f = got.file
-                c = corrupt.get(f.path)
-                records[f.path] = _verified_record(
-                    f, got.digest, "download", got.resumed_from,
-                    None if c is None else c.copy.relative_to(local_dir).as_posix(),
-                )
-                hashed_bytes += got.file.size
-                if c is not None:
-                    c.settled = True
-                    log.warning(
-                        "corrupt file fetched again: %s; the corrupt copy is kept at %s; %s bytes fetched "
-                        "anew from the Hub and verified",
-                        c.mismatch.sentence(), shown(str(c.copy), PATH_MAX), f"{f.size - got.resumed_from:,}",
-                    )
-        writer.flush()
-    except BaseException:
-        stop.set()
-        for c in corrupt.values():
-            if not c.settled:
-                log.warning(
-                    "corrupt file not fetched again (the run stopped first): %s; the corrupt copy is kept at "
-                    "%s; the next run fetches the file", c.mismatch.sentence(), shown(str(c.copy), PATH_MAX),
-                )
-        raise
-    finally:
-        fetchers.shutdown(wait=True, cancel_futures=True)
-        hashers.shutdown(wait=True, cancel_futures=True)
-        with contextlib.suppress(OSError):
-            writer.flush()
-
-    with contextlib.suppress(OSError):
-        partial_dir(local_dir).rmdir()  # only when empty
-    seconds = time.monotonic() - t0  # the caller prints DownloadResult.summary(), the one sentence of it
-    return DownloadResult(
-        repo_id=spec.repo_id,
-        revision=spec.revision,
-        commit=commit,
-        local_dir=str(local_dir),
-        files=[records[f.path] for f in listing],
-        bytes=total,
-        cached=False,
-        downloaded_bytes=downloaded,
-        hashed_bytes=hashed_bytes,
-        seconds=seconds,
-        endpoint=client.endpoint,
-    )
-
-
-@dataclass
-class _Corrupt:
-    """A file roost had verified, found changed this run: what was found, where its copy now lies."""
-
-    mismatch: Mismatch
-    copy: Path
-    settled: bool = False
-    """Fetched again and verified, or named in the run's IntegrityError."""
-
-
-def _fetched_again_wrong(exc: IntegrityError, corrupt: dict[str, _Corrupt]) -> IntegrityError:
-    """``exc`` with each file that was fetched again after it was found corrupt saying so, and where the
-    corrupt copy is kept."""
-    for m in exc.mismatches:
-        if (c := corrupt.get(m.path)) is not None:
-            c.settled = True
-            m.note = (f"as fetched again, after the copy on disk was found changed since roost verified it "
-                      f"({c.mismatch.field} {c.mismatch.found}); that copy is kept at {shown(str(c.copy), PATH_MAX)}")
-    return IntegrityError(exc.mismatches, exc.remedy)
-
-
-def _record(
-    f: HubFile, sha256: str, git_oid: str | None, source: Source, resumed: int = 0, corrupt_copy: str | None = None
-) -> FileRecord:
-    return FileRecord(
-        path=f.path,
-        size=f.size,
-        sha256=sha256,
-        verified=True,
-        lfs=f.lfs,
-        git_oid=git_oid,
-        source=source,
-        resumed_from=resumed,
-        corrupt_copy=corrupt_copy,
-    )
-
-
-def _verified_record(
-    f: HubFile, digest: FileDigest, source: Source, resumed: int = 0, corrupt_copy: str | None = None
-) -> FileRecord:
-    return _record(f, digest.sha256, None if f.lfs else digest.git_sha1, source, resumed, corrupt_copy)
+    return everything, listing
 
 
 def _cached_result(
@@ -653,7 +327,7 @@ def _cached_result(
     t0: float,
 ) -> DownloadResult:
     files = [
-        _record(f, manifest.verified[f.path].sha256, manifest.verified[f.path].git_oid, "cache")
+        FileRecord.of(f, manifest.verified[f.path].sha256, manifest.verified[f.path].git_oid, "cache")
         for f in selected
     ]
     total = sum(f.size for f in selected)

@@ -15,7 +15,7 @@ import pytest
 
 from roost.errors import UserError
 from roost.eval.datasets import load_dataset, sample
-from roost.eval.tasks import Question, get_task
+from roost.eval.suites import Question, get_task
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import publish_repo
 

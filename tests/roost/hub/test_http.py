@@ -9,8 +9,10 @@ import pytest
 from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
 
 from roost.errors import UserError
-from roost.hub._http import RetryPolicy, byte_counting_tqdm, content_range_start, with_retries
+from roost.hub._files import content_range_start
+from roost.hub._retries import RetryPolicy, with_retries
 from roost.hub.errors import FaultContext, HubStatusError, HubUnreachable, TransferIncomplete
+from roost.hub.progress import byte_counting_tqdm
 
 CTX = FaultContext(repo_id="org/model", revision="main", endpoint="https://hub.example", have_token=False)
 

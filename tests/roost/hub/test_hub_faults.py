@@ -19,7 +19,7 @@ from support.hub import shard_name
 from support.hub_faults import EchoHub, SilentHub, SizeLieHub, StallHub
 
 from roost.errors import CheckFailed, UserError
-from roost.hub._http import check_endpoint, hub_timeout, resolve_endpoint, resolve_token
+from roost.hub._endpoint import check_endpoint, hub_timeout, resolve_endpoint, resolve_token
 from roost.hub.errors import HubUnreachable
 from roost.hub.snapshot import DownloadSpec, RetryPolicy, download_and_verify, usable_local_dir
 from roost.net import free_port

@@ -28,7 +28,7 @@ from roost.checkpoint.model import header_digest, read_checkpoint
 from roost.checkpoint.safetensors_header import INDEX_NAME
 from roost.errors import StageFailed, UserError
 from roost.hosts import SPARK
-from roost.hub._http import RetryPolicy
+from roost.hub._retries import RetryPolicy
 from roost.hub.mirror import HubMirror
 from roost.hub.preflight import FIRST_READ, HubRef, Preflight, is_hub_url, parse_hub_url, preflight
 from roost.hub.publish import publish_repo
