@@ -33,8 +33,9 @@ from starlette.types import Scope
 from roost.errors import UserError
 from roost.gateway.keys import bearer_token
 from roost.gateway.metering import error_body
+from roost.settings import ROOST_GATEWAY_METRICS_TOKEN
 
-TOKEN_ENV = "ROOST_GATEWAY_METRICS_TOKEN"
+TOKEN_ENV = ROOST_GATEWAY_METRICS_TOKEN
 TOKEN_FLAG = "--metrics-token-file"
 TOKEN_RE = re.compile(r"[\x21-\x7e]{16,1024}")
 """A token: 16 to 1024 printable ASCII characters, no spaces (it travels in an HTTP header)."""

@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from roost.errors import UserError
 from roost.gateway.keys import KeyKind, Principal, check_kind, check_name, digest, new_key
-from roost.settings import roost_home
+from roost.settings import environment, roost_home
 from roost.store.atomic import atomic_write_bytes
 
 log = logging.getLogger("roost.gateway")
@@ -95,9 +95,7 @@ OUTPUT_NAMES = {"key_name": "key"}
 
 def default_db_url() -> str:
     """``ROOST_GATEWAY_DB`` or SQLite under roost's home."""
-    import os
-
-    return os.environ.get("ROOST_GATEWAY_DB") or f"sqlite:///{roost_home() / 'gateway' / 'gateway.db'}"
+    return environment().roost_gateway_db or f"sqlite:///{roost_home() / 'gateway' / 'gateway.db'}"
 
 
 def display_db_url(url: str) -> str:

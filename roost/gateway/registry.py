@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError
 
-from roost.settings import roost_home
+from roost.settings import environment, roost_home
 from roost.vllm.client import normalize_base_url
 
 
@@ -40,7 +40,7 @@ class Registration(BaseModel):
 
 
 def registry_dir() -> Path:
-    return Path(os.environ.get("ROOST_GATEWAY_BACKENDS_DIR") or roost_home() / "gateway" / "backends")
+    return Path(environment().roost_gateway_backends_dir or roost_home() / "gateway" / "backends")
 
 
 def _file_for(base_url: str) -> Path:

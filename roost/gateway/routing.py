@@ -1,11 +1,13 @@
-"""Backends and the model -> backend choice.
+"""Upstreams (the model servers behind the gateway) and the model -> upstream choice.
 
-Backends come from the command line (``--backend``) and from landings (``registry``). Each one's
-``/v1/models`` is polled every ``poll_interval_s`` with the upstream key; a model name routes to a
-backend that listed it at its last poll (round-robin when several do). A request for a model no
-backend lists re-polls at once (at most every ``repoll_min_s``), so a server landed a moment ago is
-found without waiting. A backend whose last poll failed, or that refused a connection since, is
-``down``: requests for its models get 503 at once.
+An :class:`Upstream` is one OpenAI-compatible server the gateway forwards to (the serving backends
+that start servers are :class:`roost.serve.base.Backend`, another thing). Upstreams come from the
+command line (``--backend``) and from landings (``registry``). Each one's ``/v1/models`` is polled
+every ``poll_interval_s`` with the upstream key; a model name routes to an upstream that listed it
+at its last poll (round-robin when several do). A request for a model no upstream lists re-polls
+at once (at most every ``repoll_min_s``), so a server landed a moment ago is found without waiting.
+An upstream whose last poll failed, or that refused a connection since, is ``down``: requests for
+its models get 503 at once. Logs, metrics, usage rows and ``/health`` keep calling it a backend.
 """
 
 from __future__ import annotations
@@ -36,13 +38,13 @@ class ModelNotFound(Exception):
         self.model, self.available = model, available
 
 
-class BackendDown(Exception):
+class UpstreamDown(Exception):
     def __init__(self, model: str, url: str) -> None:
         super().__init__(model)
         self.model, self.url = model, url
 
 
-class Backend:
+class Upstream:
     """One OpenAI-compatible server behind the gateway."""
 
     def __init__(self, url: str, upstream_key: str | None, source: Literal["cli", "landing"], *,
@@ -91,7 +93,7 @@ class Router:
         self.connect_timeout_s = connect_timeout_s
         self.connections = connections
         self.repoll_min_s = repoll_min_s
-        self.backends: dict[str, Backend] = {}
+        self.upstreams: dict[str, Upstream] = {}
         for url in urls:
             self._add(url, "cli")
         self._rr = itertools.count()
@@ -101,13 +103,13 @@ class Router:
         self.on_models: Callable[[set[str]], None] | None = None  # told the models listed after each poll
         self._task: asyncio.Task[None] | None = None
 
-    def _add(self, url: str, source: Literal["cli", "landing"]) -> Backend:
+    def _add(self, url: str, source: Literal["cli", "landing"]) -> Upstream:
         norm = normalize_base_url(url)
-        if norm not in self.backends:
-            self.backends[norm] = Backend(norm, self.upstream_key, source, connect_timeout_s=self.connect_timeout_s,
-                                          connections=self.connections)
+        if norm not in self.upstreams:
+            self.upstreams[norm] = Upstream(norm, self.upstream_key, source, connect_timeout_s=self.connect_timeout_s,
+                                            connections=self.connections)
             log.info("backend %s added (%s)", display_url(norm), "command line" if source == "cli" else "registered by a landing")
-        return self.backends[norm]
+        return self.upstreams[norm]
 
     async def _sync_registry(self) -> None:
         if not self.use_registry:
@@ -118,22 +120,22 @@ class Router:
         landed = {normalize_base_url(r.base_url) for r in entries}
         for url in landed:
             self._add(url, "landing")
-        for url, b in list(self.backends.items()):
+        for url, b in list(self.upstreams.items()):
             if b.source == "landing" and url not in landed:
-                del self.backends[url]
+                del self.upstreams[url]
                 log.info("backend %s removed (its landing was stopped or replaced)", url)
                 with contextlib.suppress(Exception):
                     await b.client.aclose()
 
     async def poll(self) -> None:
-        """Re-read the registry and poll every backend (concurrently)."""
+        """Re-read the registry and poll every upstream (concurrently)."""
         async with self._lock:
             await self._sync_registry()
-            backends = list(self.backends.values())
-            await asyncio.gather(*(b.poll(timeout_s=self.poll_timeout_s) for b in backends))
+            upstreams = list(self.upstreams.values())
+            await asyncio.gather(*(u.poll(timeout_s=self.poll_timeout_s) for u in upstreams))
             self._last_poll = time.monotonic()
         if self.on_models is not None:
-            self.on_models({m for b in backends if b.up for m in b.model_ids})
+            self.on_models({m for u in upstreams if u.up for m in u.model_ids})
 
     async def run(self) -> None:
         while True:
@@ -147,14 +149,14 @@ class Router:
         self._task = asyncio.get_running_loop().create_task(self.run(), name="backend-poller")
 
     async def close(self) -> None:
-        for b in self.backends.values():
+        for b in self.upstreams.values():
             if b.confirming is not None:
                 b.confirming.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for b in self.backends.values():
+        for b in self.upstreams.values():
             with contextlib.suppress(Exception):
                 await b.client.aclose()
 
@@ -162,13 +164,13 @@ class Router:
     def poll_timeout_s(self) -> float:
         return max(self.connect_timeout_s, 2.0)
 
-    def confirm(self, backend: Backend) -> None:
-        """A request saw ``backend`` fail (a cut stream, a connection not taken): poll it now. One failure
-        a client or a loaded machine may have caused does not take a backend away from every client: its
+    def confirm(self, upstream: Upstream) -> None:
+        """A request saw ``upstream`` fail (a cut stream, a connection not taken): poll it now. One failure
+        a client or a loaded machine may have caused does not take an upstream away from every client: its
         poll decides."""
-        if backend.confirming is None or backend.confirming.done():
-            backend.confirming = asyncio.get_running_loop().create_task(
-                backend.poll(timeout_s=self.poll_timeout_s), name="backend-confirm")
+        if upstream.confirming is None or upstream.confirming.done():
+            upstream.confirming = asyncio.get_running_loop().create_task(
+                upstream.poll(timeout_s=self.poll_timeout_s), name="backend-confirm")
 
     def direct_expected(self) -> set[str]:
         """Models whose registered server a roost benchmark is measuring directly now (as of the last
@@ -176,22 +178,22 @@ class Router:
         return set(self._direct)
 
     def models(self) -> list[dict[str, Any]]:
-        """The union of the backends' models (first listing of each id), as ``/v1/models`` data: the
-        fields clients read (:data:`MODEL_FIELDS`), never a backend's ``root`` (the weights' path on its
+        """The union of the upstreams' models (first listing of each id), as ``/v1/models`` data: the
+        fields clients read (:data:`MODEL_FIELDS`), never an upstream's ``root`` (the weights' path on its
         disk) or anything else it lists."""
         seen: dict[str, dict[str, Any]] = {}
-        for b in self.backends.values():
+        for b in self.upstreams.values():
             if b.up:
                 for m in b.models:
                     seen.setdefault(str(m["id"]), {k: m[k] for k in MODEL_FIELDS if k in m})
         return list(seen.values())
 
-    def _candidates(self, model: str) -> tuple[list[Backend], list[Backend]]:
-        listing = [b for b in self.backends.values() if model in b.model_ids]
+    def _candidates(self, model: str) -> tuple[list[Upstream], list[Upstream]]:
+        listing = [b for b in self.upstreams.values() if model in b.model_ids]
         return [b for b in listing if b.up], listing
 
-    async def resolve(self, model: str) -> Backend:
-        """The backend to send a request for ``model`` to; ModelNotFound or BackendDown."""
+    async def resolve(self, model: str) -> Upstream:
+        """The upstream to send a request for ``model`` to; ModelNotFound or UpstreamDown."""
         up, listing = self._candidates(model)
         if not listing and time.monotonic() - self._last_poll >= self.repoll_min_s:
             await self.poll()  # a landing since the last poll?
@@ -199,5 +201,5 @@ class Router:
         if up:
             return min(up, key=lambda b: (b.in_flight, next(self._rr)))
         if listing:
-            raise BackendDown(model, listing[0].name)
+            raise UpstreamDown(model, listing[0].name)
         raise ModelNotFound(model, sorted({str(m["id"]) for m in self.models()}))

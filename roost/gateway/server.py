@@ -12,7 +12,8 @@ import sys
 import uvicorn
 
 from roost.errors import UserError
-from roost.gateway.app import Gateway, GatewayConfig
+from roost.gateway.app import Gateway
+from roost.gateway.config import GatewayConfig
 from roost.gateway.connections import ConnectionBook, ConnectionLimits, protocol_class, raise_fd_limit
 from roost.gateway.db import GatewayDB
 from roost.gateway.routing import Router
@@ -63,8 +64,8 @@ def serve(gw: Gateway, host: str, port: int, *, access_log: bool = True,
             await asyncio.sleep(0.02)
         if server.started:
             bound = sock.getsockname()
-            backends = len(gw.router.backends)
-            print(f"roost gateway: listening on http://{host}:{bound[1]} ({backends} backend(s), "
+            upstreams = len(gw.router.upstreams)
+            print(f"roost gateway: listening on http://{host}:{bound[1]} ({upstreams} backend(s), "
                   f"{len(gw.router.models())} model(s), usage in {gw.db.display_url})", file=sys.stderr, flush=True)
         await task
 
@@ -80,8 +81,8 @@ def serve(gw: Gateway, host: str, port: int, *, access_log: bool = True,
         raise UserError("the gateway did not start (see the lines above)")
 
 
-def build(backends: list[str], db_url: str, upstream_key: str | None, config: GatewayConfig, *,
+def build(upstream_urls: list[str], db_url: str, upstream_key: str | None, config: GatewayConfig, *,
           poll_interval_s: float = 5.0, use_registry: bool = True) -> Gateway:
-    router = Router(backends, upstream_key, poll_interval_s=poll_interval_s, use_registry=use_registry,
+    router = Router(upstream_urls, upstream_key, poll_interval_s=poll_interval_s, use_registry=use_registry,
                     connect_timeout_s=config.connect_timeout_s)
     return Gateway(GatewayDB(db_url), router, config)

@@ -27,7 +27,7 @@ import pytest
 from bench_synthetic import Synthetic, start_synthetic
 from support.gateway import UPSTREAM_KEY, GatewayProcess, add_key, usage_rows
 
-from roost.gateway.app import GatewayConfig
+from roost.gateway.config import GatewayConfig
 from roost.gateway.db import SQLITE_PRAGMAS
 
 BUSY_S = int(next(p for p in SQLITE_PRAGMAS if p.startswith("busy_timeout=")).split("=")[1]) / 1000

@@ -228,8 +228,9 @@ def test_a_bug_while_forwarding_is_an_openai_500_and_a_gateway_error_row(tmp_pat
     """The one fault no real part produces: a bug in the gateway, planted in-process (the meter raises)."""
     import asyncio
 
-    from roost.gateway import app as gateway_app
-    from roost.gateway.app import Gateway, GatewayConfig
+    from roost.gateway import forward as gateway_app
+    from roost.gateway.app import Gateway
+    from roost.gateway.config import GatewayConfig
     from roost.gateway.db import GatewayDB
     from roost.gateway.routing import Router
 

@@ -28,7 +28,8 @@ from support.secret_scan import SecretScan
 
 from roost.errors import UserError
 from roost.gateway.access import TOKEN_ENV, is_loopback, load_token, metrics_access
-from roost.gateway.app import Gateway, GatewayConfig
+from roost.gateway.app import Gateway
+from roost.gateway.config import GatewayConfig
 from roost.gateway.db import GatewayDB
 from roost.gateway.routing import Router
 

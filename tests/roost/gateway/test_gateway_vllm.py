@@ -16,7 +16,7 @@ import httpx
 import pytest
 from support.gateway import GatewayProcess, add_key, usage_rows, wait_row, wait_rows
 
-from roost.vllm import prometheus
+from roost.vllm import server_metrics as prometheus
 
 pytestmark = pytest.mark.slow
 

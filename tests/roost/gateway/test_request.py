@@ -1,5 +1,5 @@
 """A request read as vLLM reads it (``roost.gateway.request``), backend errors as clients see them
-(``roost.gateway.backend_errors``), the forwarded user (``keys.forwarded_user``), and the stream meter's
+(``roost.gateway.upstream_errors``), the forwarded user (``keys.forwarded_user``), and the stream meter's
 error events and secrets. Parity with vLLM's own request models: ``test_request_parity.py``."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
-from roost.gateway.backend_errors import clean_message, relayed_error, stream_error_event
 from roost.gateway.keys import forwarded_user
 from roost.gateway.metering import StreamMeter, answer_texts, secret_pattern
 from roost.gateway.request import InvalidRequest, Reading, TooDeep, encode, forwarded_body, read_request
+from roost.gateway.upstream_errors import clean_message, relayed_error, stream_error_event
 from roost.secrets import redact
 
 KEY = "upstream-key-5f2b9c0d1e7a"
