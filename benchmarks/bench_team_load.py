@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,7 @@ def table_of(key: str) -> str:
     return parts[0] + ("/_catalog" if len(parts) > 1 and parts[1] == "_catalog" else "")
 
 
-def planned_requests(bench: dict[str, Any]) -> int:
+def planned_requests(bench: Mapping[str, Any]) -> int:
     """Measured benchmark requests of a profile's settings: each prompt length once per repeat (one user),
     each concurrency level's users, ``requests_per_user`` each, per repeat."""
     s = BenchSettings(**bench)

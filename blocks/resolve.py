@@ -16,7 +16,6 @@ The vLLM API key comes from ``VLLM_API_KEY`` when set, else from the optional Se
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any, Literal
 
 from prefect.blocks.system import Secret
@@ -29,6 +28,7 @@ from blocks.profiles import ModelProfileBlock, profile_document_name
 from roost.errors import UserError
 from roost.hosts import HOSTS, HostProfile
 from roost.profiles import PROFILES, ModelProfile
+from roost.settings import environment
 
 VLLM_API_KEY_BLOCK = "roost-vllm-api-key"
 """Name of the optional Secret block holding the vLLM API key (``prefect.blocks.system.Secret``)."""
@@ -70,16 +70,21 @@ def _invalid(slug: str, doc: str, exc: ValidationError) -> UserError:
                      "Prefect UI (Blocks) or delete it to use the built-in")
 
 
+def _saved_profile(data: dict[str, Any], name: str) -> ModelProfile:
+    """The profile a saved document's data holds: its ``ModelProfile`` fields (the block's own keys,
+    ``block_type_slug``, and fields since retired are dropped), named ``name`` when it names none."""
+    fields = {k: v for k, v in data.items() if k in ModelProfile.model_fields}
+    return ModelProfile.model_validate(fields | {"name": fields.get("name") or name})
+
+
 def load_profile(name: str) -> ModelProfile:
     """The model profile ``name``: its ``model-profile`` block document if saved, else the built-in."""
     slug = ModelProfileBlock.get_block_type_slug()
     doc = profile_document_name(name)
     data = _read_document(slug, doc) if doc else None
     if data is not None:
-        fields = {k: v for k, v in data.items() if k in ModelProfile.model_fields}
-        fields["name"] = fields.get("name") or name
         try:
-            return ModelProfile.model_validate(fields)
+            return _saved_profile(data, name)
         except ValidationError as exc:
             raise _invalid(slug, doc, exc) from None
     if name in PROFILES:
@@ -115,10 +120,8 @@ def all_profiles() -> dict[str, ModelProfile]:
     """
     profiles = dict(PROFILES)
     for doc, data in read_documents(ModelProfileBlock.get_block_type_slug()).items():
-        fields = {k: v for k, v in data.items() if k in ModelProfile.model_fields}
-        fields["name"] = fields.get("name") or doc
         try:
-            prof = ModelProfile.model_validate(fields)
+            prof = _saved_profile(data, doc)
         except ValidationError:
             continue
         profiles[prof.name] = prof
@@ -138,7 +141,7 @@ def known_host_names() -> list[str]:
 
 def vllm_api_key_with_source() -> tuple[SecretStr | None, ApiKeySource]:
     """The configured vLLM API key and where it came from: ``VLLM_API_KEY``, else the Secret block."""
-    env = os.environ.get("VLLM_API_KEY")
+    env = environment().vllm_api_key
     if env:
         return SecretStr(env), "env"
     data = _read_document(Secret.get_block_type_slug(), VLLM_API_KEY_BLOCK)

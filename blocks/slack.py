@@ -29,7 +29,7 @@ SLACK_BLOCK = "roost-slack"
 """The SlackNotifier block roost reads by default (``tasks.notify``) and ``roost setup`` makes crash alerts from."""
 
 STAGE_LABEL = "roost.stage"
-"""The flow-run label ``flows.stages.stage`` sets to the stage a run is in; the crash alert reports it."""
+"""The flow-run label ``flows.stages.timing.stage`` sets to the stage a run is in; the crash alert reports it."""
 
 ALERT_TEXT = "*{{subject}}*\n{{body}}"
 """The Slack text of a server-sent notification: the automation's rendered subject and body."""

@@ -10,7 +10,6 @@ token are Secret fields: the UI masks them and they are never logged, stored or 
 
 from __future__ import annotations
 
-import os
 from typing import ClassVar
 
 from prefect.blocks.core import Block
@@ -18,7 +17,9 @@ from pydantic import Field, SecretStr, ValidationError
 
 from roost.errors import UserError
 from roost.hosts import HostProfile
-from roost.store.location import CREDENTIALS_ENV, STORE_ENV, StoreCredentials, open_store
+from roost.settings import environment
+from roost.store.credentials import StoreCredentials
+from roost.store.location import STORE_ENV, open_store
 from roost.store.objects import ObjectStore
 
 CREDENTIALS_SLUG = "roost-store-credentials"
@@ -78,8 +79,9 @@ def results_store_for(host: HostProfile | None = None) -> ObjectStore:
     """The store a run on ``host`` writes to: ``ROOST_RESULTS_STORE``, else the host's ``results_store``, else the
     local results directory; with the credentials block ``ROOST_RESULTS_STORE_CREDENTIALS`` names, else the
     host's ``results_store_credentials``."""
-    url = os.environ.get(STORE_ENV, "").strip()
-    credentials = os.environ.get(CREDENTIALS_ENV, "").strip()
+    env = environment()
+    url = (env.roost_results_store or "").strip()
+    credentials = (env.roost_results_store_credentials or "").strip()
     if url:
         return open_results_store(url, credentials, STORE_ENV)
     if host is not None and host.results_store:

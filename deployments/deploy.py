@@ -36,6 +36,7 @@ from blocks.resolve import all_profiles, load_host
 from deployments._prefect_compat import deployment_version_info, parameter_schema, set_parameter_schema
 from roost.hosts import HostProfile
 from roost.profiles import PROFILES, ModelProfile
+from roost.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, PREFECT_LOGGING_EXTRA_LOGGERS
 
 DEFAULT_POOL = "roost-spark"
 DEFAULT_CRON = "0 3 * * *"
@@ -48,8 +49,8 @@ EXTRA_LOGGERS = "roost"
 """PREFECT_LOGGING_EXTRA_LOGGERS of the flow-run processes: roost's module loggers (``roost.hub`` retries
 and resumes, ...) send their lines to the run's logs in the UI (at INFO: ``flows/identity.py``)."""
 
-JOB_VARIABLES: dict[str, Any] = {"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
-                                         "PREFECT_LOGGING_EXTRA_LOGGERS": EXTRA_LOGGERS}}
+JOB_VARIABLES: dict[str, Any] = {"env": {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: str(HEARTBEAT_S),
+                                         PREFECT_LOGGING_EXTRA_LOGGERS: EXTRA_LOGGERS}}
 """What every roost deployment's flow-run process gets (a copy each)."""
 
 

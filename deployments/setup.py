@@ -30,7 +30,6 @@ The ``spark-host`` block type is not registered on a server that never had it.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -72,6 +71,7 @@ from deployments.deploy import (
 )
 from roost.errors import UserError
 from roost.hosts import HOSTS, HostProfile
+from roost.settings import environment
 from tasks.host_slot import SLOTS_PER_HOST, ensure_host_limit, host_limit_name
 
 ZOMBIE_AUTOMATION = "roost-crash-zombie-runs"
@@ -338,7 +338,7 @@ def _api_key_secret(client: SyncPrefectClient, *, store: bool) -> SetupItem:
             "absent (optional: without it and without VLLM_API_KEY each land run uses a one-off key; "
             "`roost setup --store-vllm-api-key` saves $VLLM_API_KEY)")
         return SetupItem(kind="secret", name=name, status="unchanged", detail=detail)
-    key = os.environ.get("VLLM_API_KEY")
+    key = environment().vllm_api_key
     if not key:
         raise UserError("--store-vllm-api-key: VLLM_API_KEY is not set in this shell; export the key first")
     value: Any = current.get("value") if current is not None else None

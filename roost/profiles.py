@@ -1,6 +1,6 @@
 """Model profiles: which checkpoint to land, where, and how to serve and measure it.
 
-``blocks/profiles.py`` stores the same fields as a Prefect block so a deployment form can pick
+``blocks/profiles.py``'s block is a ``ModelProfile`` Prefect can save, so a deployment form can pick
 one; these built-ins are the three published serving recipes (Ornith 1.0 35B and 9B in BF16,
 Ornith 1.5 35B-A3B NVFP4) plus the embedded local demo.
 """
@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator, model_validator
 
+from roost import settings as S
 from roost.bench import WINDOW_MAX
 from roost.errors import UserError
 from roost.hub.patterns import DEFAULT_ALLOW_PATTERNS, DEFAULT_IGNORE_PATTERNS
 from roost.plan.inputs import PlanInputs, ServingSettings
+from roost.profile_settings import BenchOverrides, EvalSpec, RegressOverrides
 from roost.regress import RegressConfig
 
-SECRET_ENV = frozenset({"VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "SLACK_BOT_TOKEN", "AWS_SECRET_ACCESS_KEY"})
+SECRET_ENV = frozenset({S.VLLM_API_KEY, S.HF_TOKEN, S.HUGGING_FACE_HUB_TOKEN, S.SLACK_BOT_TOKEN, S.AWS_SECRET_ACCESS_KEY})
 """Variables that hold secrets: a profile's ``server_env`` never sets them."""
 
 if TYPE_CHECKING:
@@ -31,13 +33,15 @@ if TYPE_CHECKING:
 class ModelProfile(ServingSettings):
     """Everything roost needs to land one model (its serving settings: :class:`ServingSettings`)."""
 
-    name: str = Field(description="Profile name (lowercase, dashes).")
-    repo_id: str
-    revision: str = "main"
-    served_model_name: str
+    name: str = Field(description="Profile name (what `land` takes as `profile`; lowercase, dashes).")
+    repo_id: str = Field(description="Hugging Face repo id, e.g. deep-reinforce/Ornith-1.0-9B.")
+    revision: str = Field(default="main", description="Branch, tag or commit.")
+    served_model_name: str = Field(description="The model name clients send (vLLM --served-model-name).")
     host: str = Field(default="spark", description="Host profile to serve on (roost.hosts).")
-    allow_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW_PATTERNS))
-    ignore_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE_PATTERNS))
+    allow_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW_PATTERNS),
+                                      description="Files to download.")
+    ignore_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE_PATTERNS),
+                                       description="Files never downloaded.")
     max_model_len: int | None = Field(default=None, description="None: the model's native window.")
     kv_cache_memory_bytes: int | None = Field(default=None, description="None: the plan's smallest pool for target_concurrency.")
     target_concurrency: float = Field(default=1.5, description="Full-length requests the KV pool must hold.")
@@ -49,27 +53,30 @@ class ModelProfile(ServingSettings):
     vllm_overrides: list[str] = Field(default_factory=list, description="Extra vLLM args appended last (they win).")
     server_env: dict[str, str] = Field(default_factory=dict, description="Environment variables the server gets "
                                        "(vLLM settings that have no flag; never a secret: keys come from Secret blocks).")
-    bench: dict[str, Any] = Field(default_factory=dict, description="BenchSettings fields (roost.bench.sweep).")
+    bench: BenchOverrides = Field(
+        default_factory=BenchOverrides, description="Benchmark settings (prompt lengths, concurrency...; "
+        "roost.bench.settings.BenchSettings): the ones not set are the benchmark's defaults.")
     health_timeout_s: float | None = Field(default=None, description="None: the host profile's timeout.")
     mtp_ab: bool = Field(default=False, description="After the benchmark, restart without --speculative-config "
-                         "(same image and commit) and benchmark again: the MTP speed-up and draft acceptance.")
+                         "(same image and commit) and benchmark again: the MTP speed-up per point and the draft "
+                         "acceptance.")
     demo: bool = Field(default=False, description="Generated on the spot and published to a local Hub mirror.")
     production: bool = Field(default=False, description="The host's production model (the recipe's run.sh): a "
-                             "landing keeps serving with restart policy unless-stopped unless run as a one-off.")
+                             "landing keeps serving (restart policy unless-stopped) unless run as a one-off "
+                             "(keep_serving false).")
     tool_auto_probe: bool = Field(default=False, description="After the health-wait, also ask with tool_choice "
                                   "'auto' and expect a parsed tool call (a real model chooses to call; random "
                                   "weights never do).")
     hf_token_secret: str | None = Field(
-        default=None, description="Name of a Prefect Secret block holding the Hub token; None: HF_TOKEN (or none).")
-    regress: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Regression check settings (roost.regress.RegressConfig: window, rel_floor, mad_k, key_fields).",
-    )
+        default=None, description="Name of a Prefect Secret block holding the Hub token (gated or private repos); "
+        "None: the worker's HF_TOKEN, or anonymous.")
+    regress: RegressOverrides = Field(
+        default_factory=RegressOverrides, description="Regression check settings (roost.regress.RegressConfig: "
+        "window, min_runs, rel_floor, mad_k, key_fields): the ones not set are its defaults.")
 
-    evals: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="Accuracy evaluations run after the benchmark (roost.eval.runner.EvalSettings.for_task fields: "
-        "task, dataset, limit, per_category, seed, temperature, top_p, top_k, max_tokens, thinking, concurrency).")
+    evals: list[EvalSpec] = Field(
+        default_factory=list, description="Accuracy evaluations run after the benchmark, e.g. "
+        "[{\"task\": \"mmlu-pro\", \"per_category\": 50}]: each a task and what it changes of the task's recipe.")
     eval_compare_with: list[str] = Field(
         default_factory=list, description="Other models (Hub repo ids) whose latest stored scores on the same "
         "evaluations the report shows beside this one's.")
@@ -97,33 +104,13 @@ class ModelProfile(ServingSettings):
         ``RESTART=no``), else when this is the host's production model."""
         return self.production if keep_serving is None else keep_serving
 
-    @field_validator("evals")
-    @classmethod
-    def _evals(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from roost.eval.runner import EvalSettings
-
-        for spec in value:
-            if not isinstance(spec, dict) or "task" not in spec:
-                raise ValueError("each evaluation needs a 'task' (gsm8k, math500 or mmlu-pro)")
-            try:
-                EvalSettings.for_task(**spec)
-            except UserError as exc:
-                raise ValueError(str(exc)) from None
-        return value
-
     def eval_settings(self) -> list[EvalSettings]:
         from roost.eval.runner import EvalSettings
 
         return [EvalSettings.for_task(**spec) for spec in self.evals]
 
-    @field_validator("regress")
-    @classmethod
-    def _regress(cls, value: dict[str, Any]) -> dict[str, Any]:
-        RegressConfig.model_validate(value)  # an unknown field or a bad value fails here, naming it
-        return value
-
     def regress_config(self) -> RegressConfig:
-        return RegressConfig.model_validate(self.regress)
+        return RegressConfig.model_validate(dict(self.regress))  # a plain RegressConfig, whatever the profile holds
 
     def plan_inputs(self, overrides: list[str] | None = None) -> PlanInputs:
         """What the plan is asked for when this profile lands: its sizing and serving settings, then its
@@ -168,10 +155,10 @@ LOCAL = ModelProfile(
     vllm_overrides=["--dtype", "bfloat16",
                     '--structured-outputs-config={"backend":"xgrammar","disable_any_whitespace":true}'],
     server_env={"VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"},
-    bench={"prompt_lengths": [128, 1024], "output_tokens": 64, "concurrency": [1, 4], "repeats": 2, "warmup": 2},
+    bench=BenchOverrides(prompt_lengths=[128, 1024], output_tokens=64, concurrency=[1, 4], repeats=2, warmup=2),
     # a small GSM8K-format set from the demo's own Hub mirror (roost.demo.evalset): greedy, short answers
-    evals=[{"task": "gsm8k", "dataset": "roost-demo/gsm8k-mini", "limit": 12, "max_tokens": 48, "temperature": 0.0,
-            "thinking": False, "concurrency": 4}],
+    evals=[EvalSpec(task="gsm8k", dataset="roost-demo/gsm8k-mini", limit=12, max_tokens=48, temperature=0.0,
+                    thinking=False, concurrency=4)],
     demo=True,
 )
 
@@ -185,8 +172,8 @@ ORNITH_35B = ModelProfile(
     max_num_batched_tokens=8192,
     reasoning_parser="qwen3",  # Qwen3.5 family: <think> ... </think> then the answer
     tool_call_parser="qwen3_coder",  # an agentic-coding model: its tool calls are Qwen3-Coder XML
-    bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX], "output_tokens": 256,
-           "concurrency": [1, 16, 20, 24], "repeats": 3},
+    bench=BenchOverrides(prompt_lengths=[512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX], output_tokens=256,
+                         concurrency=[1, 16, 20, 24], repeats=3),
     health_timeout_s=1200,
 )
 
@@ -198,8 +185,8 @@ ORNITH_9B = ModelProfile(
     kv_cache_memory_bytes=12 * 1024**3,  # the recipe's pin: 390,070 tokens, 1.49x
     reasoning_parser="qwen3",
     tool_call_parser="qwen3_coder",
-    bench={"prompt_lengths": [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX], "output_tokens": 256,
-           "concurrency": [1, 16, 20, 24], "repeats": 3},
+    bench=BenchOverrides(prompt_lengths=[512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX], output_tokens=256,
+                         concurrency=[1, 16, 20, 24], repeats=3),
     health_timeout_s=900,
 )
 
@@ -222,9 +209,9 @@ ORNITH_15_NVFP4 = ModelProfile(
     mtp_ab=True,  # the recipe measured MTP at +41% decode at one user, shrinking under load
     # the recipe's accuracy runs: thinking-mode sampling (0.6 / 0.95 / 20); GSM8K and MATH-500 with 16 in
     # flight, MMLU-Pro on 50 questions per category (700), 8 in flight, 16,384 tokens per answer
-    evals=[{"task": "gsm8k"}, {"task": "math500"}, {"task": "mmlu-pro", "per_category": 50, "concurrency": 8}],
-    bench={"prompt_lengths": [512, 2048, 8192, 32768, WINDOW_MAX], "output_tokens": 512,
-           "concurrency": [1, 16, 20, 24], "repeats": 3},
+    evals=[EvalSpec(task="gsm8k"), EvalSpec(task="math500"), EvalSpec(task="mmlu-pro", per_category=50, concurrency=8)],
+    bench=BenchOverrides(prompt_lengths=[512, 2048, 8192, 32768, WINDOW_MAX], output_tokens=512,
+                         concurrency=[1, 16, 20, 24], repeats=3),
     health_timeout_s=900,
 )
 

@@ -1,11 +1,207 @@
-"""Where roost keeps things on disk. Every location can be moved with one environment variable."""
+"""roost's settings: every environment variable roost reads goes through this module, and where roost
+keeps things on disk.
+
+- **Names.** One constant per variable (``HF_TOKEN = "HF_TOKEN"``...). Nowhere else in roost is a
+  variable's name a string in the code (messages and docstrings may mention it): a module that reads one
+  asks :func:`environment`, a module that sets one for a child process or passes it as a field name
+  imports its constant (``tests/roost/test_settings.py`` checks both).
+- **Values.** :class:`Environment` (pydantic-settings) holds the variables roost reads as the strings
+  they are: ``None`` when unset, an empty value kept as ``""``. :func:`environment` builds it anew on
+  every call, never at import, so a variable set later counts (a test's ``monkeypatch``, ``roost run``
+  setting Prefect's before Prefect loads). Each reader keeps its own default, empty-value rule and check
+  (``roost_home`` takes an empty ``ROOST_HOME`` as ``.``, ``gateway/db.py`` an empty ``ROOST_GATEWAY_DB``
+  as unset): the readers below, or the module that reads the value.
+- **Children.** :func:`child_env` is a copy of the whole environment for a process that inherits it
+  (vLLM, git, olah); :func:`set_default` and :func:`log_roost_through_prefect` are the only writes.
+- **Locations.** Every place on disk can be moved with one variable (``ROOST_HOME``, ``ROOST_RESULTS_DIR``,
+  ``ROOST_VLLM_PYTHON``, ``ROOST_VLLM_VENVS``).
+
+The Hub token has one precedence, everywhere: a token given, else the Prefect Secret block a model
+profile names (``hf_token_secret``), else ``HF_TOKEN``, else ``HUGGING_FACE_HUB_TOKEN``, else the token
+``hf auth login`` stored (``blocks.secrets.hub_token``; the environment's part is :func:`hub_token_env`).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from roost.errors import UserError
+
+# --- roost's own ---------------------------------------------------------------------------------
+ROOST_HOME = "ROOST_HOME"
+ROOST_RESULTS_DIR = "ROOST_RESULTS_DIR"
+ROOST_VLLM_PYTHON = "ROOST_VLLM_PYTHON"
+ROOST_VLLM_VENVS = "ROOST_VLLM_VENVS"
+ROOST_DEBUG = "ROOST_DEBUG"
+ROOST_HOST = "ROOST_HOST"
+ROOST_PROGRESS = "ROOST_PROGRESS"
+ROOST_RESULTS_URL = "ROOST_RESULTS_URL"
+ROOST_RESULTS_STORE = "ROOST_RESULTS_STORE"
+ROOST_RESULTS_STORE_CREDENTIALS = "ROOST_RESULTS_STORE_CREDENTIALS"
+ROOST_GATEWAY_DB = "ROOST_GATEWAY_DB"
+ROOST_GATEWAY_BACKENDS_DIR = "ROOST_GATEWAY_BACKENDS_DIR"
+ROOST_GATEWAY_METRICS_TOKEN = "ROOST_GATEWAY_METRICS_TOKEN"
+ROOST_MONITOR_STATE = "ROOST_MONITOR_STATE"
+ROOST_GRAFANA_ADMIN_PASSWORD = "ROOST_GRAFANA_ADMIN_PASSWORD"
+# --- the Hugging Face Hub (huggingface_hub's names) ----------------------------------------------
+HF_TOKEN = "HF_TOKEN"
+HUGGING_FACE_HUB_TOKEN = "HUGGING_FACE_HUB_TOKEN"
+HF_ENDPOINT = "HF_ENDPOINT"
+HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
+HF_HUB_DOWNLOAD_TIMEOUT = "HF_HUB_DOWNLOAD_TIMEOUT"
+# --- vLLM, Prefect, CI ----------------------------------------------------------------------------
+VLLM_API_KEY = "VLLM_API_KEY"
+PREFECT_API_URL = "PREFECT_API_URL"
+PREFECT_API_KEY = "PREFECT_API_KEY"
+PREFECT_LOGGING_EXTRA_LOGGERS = "PREFECT_LOGGING_EXTRA_LOGGERS"
+PREFECT_FLOWS_HEARTBEAT_FREQUENCY = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
+PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+PREFECT_SERVER_ANALYTICS_ENABLED = "PREFECT_SERVER_ANALYTICS_ENABLED"
+CI = "CI"
+# --- S3 credentials (the standard AWS names), Slack -----------------------------------------------
+AWS_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+AWS_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+AWS_SESSION_TOKEN = "AWS_SESSION_TOKEN"
+AWS_ENDPOINT_URL_S3 = "AWS_ENDPOINT_URL_S3"
+AWS_ENDPOINT_URL = "AWS_ENDPOINT_URL"
+AWS_REGION = "AWS_REGION"
+AWS_DEFAULT_REGION = "AWS_DEFAULT_REGION"
+SLACK_BOT_TOKEN = "SLACK_BOT_TOKEN"
+
+HUB_TOKEN_VARIABLES = (HF_TOKEN, HUGGING_FACE_HUB_TOKEN)
+"""Where the environment holds a Hub token, in the order roost reads them (a local Hub mirror's
+process gets neither: ``roost.hub.mirror``)."""
+
+SECRET_VARIABLES = (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, VLLM_API_KEY, PREFECT_API_KEY, AWS_SECRET_ACCESS_KEY,
+                    AWS_SESSION_TOKEN, ROOST_GRAFANA_ADMIN_PASSWORD)
+"""Variables holding a secret: an internal error's one line never shows their values (``roost.cli``)."""
+
+ROOST_LOGGER = "roost"
+"""The logger name roost's modules log under (``roost.hub``...): Prefect sends its lines to a run's
+logs when it is among ``PREFECT_LOGGING_EXTRA_LOGGERS``."""
+
+
+def _var(name: str, description: str) -> Any:
+    """A field read from the variable ``name`` (and only that name, case included)."""
+    return Field(default=None, validation_alias=name, description=description)
+
+
+class Environment(BaseSettings):
+    """The environment variables roost reads, as they are now: ``None`` when unset, the string otherwise
+    (an empty one included). Build it with :func:`environment` (per call: never cached)."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", frozen=True)
+
+    roost_home: str | None = _var(ROOST_HOME, "State that outlives a run (default ~/.cache/roost).")
+    roost_results_dir: str | None = _var(ROOST_RESULTS_DIR, "The local results store and reports (./results).")
+    roost_vllm_python: str | None = _var(ROOST_VLLM_PYTHON, "The process backend's vLLM interpreter.")
+    roost_vllm_venvs: str | None = _var(ROOST_VLLM_VENVS, "Where the named vLLM venvs are (~/.cache/roost).")
+    roost_debug: str | None = _var(ROOST_DEBUG, "Set: an internal error raises with its traceback.")
+    roost_host: str | None = _var(ROOST_HOST, "The host profile `roost doctor` checks (default spark).")
+    roost_progress: str | None = _var(ROOST_PROGRESS, "rich, plain or off: how progress is shown.")
+    roost_results_url: str | None = _var(ROOST_RESULTS_URL, "The worker's results URL (over the host's).")
+    roost_results_store: str | None = _var(ROOST_RESULTS_STORE, "The results store: a directory or s3://.")
+    roost_results_store_credentials: str | None = _var(
+        ROOST_RESULTS_STORE_CREDENTIALS, "The Roost Store Credentials block of an s3:// store.")
+    roost_gateway_db: str | None = _var(ROOST_GATEWAY_DB, "The gateway's database URL.")
+    roost_gateway_backends_dir: str | None = _var(ROOST_GATEWAY_BACKENDS_DIR, "The gateway's backend registry.")
+    roost_gateway_metrics_token: str | None = _var(ROOST_GATEWAY_METRICS_TOKEN, "The gateway's /metrics token.")
+    roost_monitor_state: str | None = _var(ROOST_MONITOR_STATE, "The monitoring stack's state file.")
+    roost_grafana_admin_password: str | None = _var(ROOST_GRAFANA_ADMIN_PASSWORD, "Grafana's admin password.")
+    hf_token: str | None = _var(HF_TOKEN, "The Hub token.")
+    hugging_face_hub_token: str | None = _var(HUGGING_FACE_HUB_TOKEN, "The Hub token (huggingface_hub's "
+                                                                      "older name).")
+    hf_endpoint: str | None = _var(HF_ENDPOINT, "The Hub's base URL (default https://huggingface.co).")
+    hf_hub_offline: str | None = _var(HF_HUB_OFFLINE, "1, true or yes: resolve revisions from the cache only.")
+    hf_hub_download_timeout: str | None = _var(HF_HUB_DOWNLOAD_TIMEOUT, "Seconds a Hub read waits (30).")
+    vllm_api_key: str | None = _var(VLLM_API_KEY, "The key vLLM servers require (over the Secret block).")
+    prefect_api_url: str | None = _var(PREFECT_API_URL, "The Prefect server; unset: a temporary one.")
+    prefect_api_key: str | None = _var(PREFECT_API_KEY, "The Prefect Cloud API key.")
+    prefect_logging_extra_loggers: str | None = _var(PREFECT_LOGGING_EXTRA_LOGGERS,
+                                                     "Loggers Prefect sends to a run's logs.")
+    ci: str | None = _var(CI, "Set (not 0/false/no): plain progress lines.")
+    aws_access_key_id: str | None = _var(AWS_ACCESS_KEY_ID, "S3 access key id.")
+    aws_secret_access_key: str | None = _var(AWS_SECRET_ACCESS_KEY, "S3 secret key.")
+    aws_session_token: str | None = _var(AWS_SESSION_TOKEN, "S3 session token.")
+    aws_endpoint_url_s3: str | None = _var(AWS_ENDPOINT_URL_S3, "S3-compatible endpoint (over AWS_ENDPOINT_URL).")
+    aws_endpoint_url: str | None = _var(AWS_ENDPOINT_URL, "S3-compatible endpoint.")
+    aws_region: str | None = _var(AWS_REGION, "S3 region (over AWS_DEFAULT_REGION).")
+    aws_default_region: str | None = _var(AWS_DEFAULT_REGION, "S3 region.")
+
+    @classmethod
+    def of(cls, source: Mapping[str, str]) -> Environment:
+        """The variables as ``source`` holds them (another process's environment, a test's mapping), and
+        nothing from this process's."""
+        values: dict[str, Any] = {name: source.get(str(field.validation_alias))
+                                  for name, field in cls.model_fields.items()}
+        return cls.model_construct(**values)
+
+
+def environment(source: Mapping[str, str] | None = None) -> Environment:
+    """The environment variables roost reads, read now: from this process, or from ``source``."""
+    return Environment() if source is None else Environment.of(source)
+
+
+def child_env(*, without: Iterable[str] = ()) -> dict[str, str]:
+    """A copy of this process's whole environment, for a child process that inherits it (less the
+    variables named in ``without``)."""
+    drop = set(without)
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def values_of(*names: str) -> dict[str, str]:
+    """The variables among ``names`` that are set to a non-empty value (to carry them into a service's
+    environment file)."""
+    return {name: value for name in names if (value := os.environ.get(name))}
+
+
+def secret_values() -> list[str]:
+    """The values of :data:`SECRET_VARIABLES` (``""`` for one unset), to redact from a message."""
+    return [os.environ.get(name, "") for name in SECRET_VARIABLES]
+
+
+def set_default(name: str, value: str) -> None:
+    """Set ``name`` for this process and its children unless it is set already (even to ``""``)."""
+    os.environ.setdefault(name, value)
+
+
+def with_roost_logger(extra_loggers: str) -> str:
+    """``PREFECT_LOGGING_EXTRA_LOGGERS`` (comma-separated logger names) with ``roost`` among them."""
+    names = [n.strip() for n in extra_loggers.split(",") if n.strip()]
+    return ",".join(names if ROOST_LOGGER in names else [*names, ROOST_LOGGER])
+
+
+def log_roost_through_prefect() -> None:
+    """Add ``roost`` to ``PREFECT_LOGGING_EXTRA_LOGGERS`` (keeping the loggers already named there), so
+    roost's module loggers (``roost.hub`` retries and resumes...) reach the run's logs at INFO
+    (``flows/identity.py``). Call it before anything loads Prefect, which reads it once."""
+    os.environ[PREFECT_LOGGING_EXTRA_LOGGERS] = with_roost_logger(environment().prefect_logging_extra_loggers or "")
+
+
+def hub_token_env() -> tuple[str, str] | None:
+    """The Hub token the environment holds and the variable it is in: ``HF_TOKEN``, else
+    ``HUGGING_FACE_HUB_TOKEN`` (the first set to a non-empty value); None when neither is. The
+    environment's part of the one precedence (``blocks.secrets.hub_token``; checked by
+    ``roost.hub._endpoint.resolve_token``)."""
+    env = environment()
+    for name, value in ((HF_TOKEN, env.hf_token), (HUGGING_FACE_HUB_TOKEN, env.hugging_face_hub_token)):
+        if value:
+            return value, name
+    return None
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` as huggingface_hub reads it: 1, true or yes (any case)."""
+    return (environment().hf_hub_offline or "").lower() in ("1", "true", "yes")
+
+
+# --- locations --------------------------------------------------------------------------------------
 
 
 def roost_home() -> Path:
@@ -13,7 +209,8 @@ def roost_home() -> Path:
 
     ``ROOST_HOME`` (default ``~/.cache/roost``).
     """
-    return Path(os.environ.get("ROOST_HOME", Path.home() / ".cache" / "roost")).expanduser()
+    home = environment().roost_home
+    return Path(home if home is not None else Path.home() / ".cache" / "roost").expanduser()
 
 
 def repo_dir_name(repo_id: str) -> str:
@@ -32,7 +229,8 @@ def checkpoint_dir(repo_id: str) -> Path:
 
 def results_dir() -> Path:
     """The append-only results store and the reports: ``ROOST_RESULTS_DIR`` (default ``./results``)."""
-    return Path(os.environ.get("ROOST_RESULTS_DIR", "results")).expanduser().resolve()
+    results = environment().roost_results_dir
+    return Path(results if results is not None else "results").expanduser().resolve()
 
 
 def vllm_python() -> Path:
@@ -40,7 +238,7 @@ def vllm_python() -> Path:
 
     ``ROOST_VLLM_PYTHON`` (default ``$ROOST_HOME/vllm-venv/bin/python``); ``scripts/bootstrap`` creates it.
     """
-    env = os.environ.get("ROOST_VLLM_PYTHON")
+    env = environment().roost_vllm_python
     return Path(env) if env else roost_home() / "vllm-venv" / "bin" / "python"
 
 
@@ -50,7 +248,8 @@ def vllm_venv_root() -> Path:
 
     Not ``ROOST_HOME``: the tests give each session its own home, and a venv is 3-6 GB.
     """
-    return Path(os.environ.get("ROOST_VLLM_VENVS", Path.home() / ".cache" / "roost")).expanduser()
+    root = environment().roost_vllm_venvs
+    return Path(root if root is not None else Path.home() / ".cache" / "roost").expanduser()
 
 
 def check_vllm_venv(value: str, field: str = "vllm_venv") -> str:

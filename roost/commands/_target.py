@@ -4,14 +4,14 @@
 and shard headers; no weight byte) — :func:`roost.hub.preflight.preflight`. With no target,
 ``--profile P`` reads that profile's repository and revision from the Hub with its file patterns;
 the embedded demo profile's repository is generated and served from its local mirror for the
-command's duration. The Hub token is ``HF_TOKEN``, else the profile's Secret block, as in the
-download stage.
+command's duration. The Hub token by roost's one precedence, as in the download stage
+(``blocks.secrets.hub_token``): the profile's Secret block when it names one, else ``HF_TOKEN``, else
+``HUGGING_FACE_HUB_TOKEN``, else the stored login.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,9 +77,10 @@ def _demo_endpoint(prof: ModelProfile | None, repo_id: str) -> Iterator[str | No
 
 
 def _token(prof: ModelProfile | None) -> str | None:
-    """``HF_TOKEN`` (the preflight reads it), else the profile's Secret block, else none."""
-    if os.environ.get("HF_TOKEN") or prof is None or not prof.hf_token_secret:
+    """The Hub token by the one precedence when the profile names a Secret block; None otherwise, and the
+    preflight takes the rest of the same order (``HF_TOKEN``...) without loading Prefect."""
+    if prof is None or not prof.hf_token_secret:
         return None
-    from tasks.download import token_from
+    from blocks.secrets import hub_token  # Prefect's client: only for a named Secret block
 
-    return token_from(prof.hf_token_secret)
+    return hub_token(prof.hf_token_secret)

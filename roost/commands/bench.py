@@ -26,9 +26,10 @@ from roost.commands._common import user_errors
 from roost.errors import UserError
 from roost.inputs.text import shown
 from roost.secrets import redact
+from roost.settings import environment
 
 if TYPE_CHECKING:
-    from roost.bench.sweep import BenchResult
+    from roost.bench.sweep import BenchResult, BenchSettings
 
 
 def parse_int_list(text: str, option: str, *, allow_max: bool = False, limit: int = MAX_TOKENS) -> list[int]:
@@ -115,24 +116,13 @@ def bench(
     """Benchmark an OpenAI-compatible server: TTFT and decode tok/s against prompt length, aggregate tok/s against users."""
     # Imported here, not at module level: the benchmark engine pulls in httpx, and every roost
     # command's start time pays for what roost/cli.py imports.
-    from roost.bench.sweep import make_settings, run_benchmark
+    from roost.bench.sweep import run_benchmark
     from roost.progress import terminal_progress
 
-    values: dict[str, Any] = {
-        "output_tokens": output_tokens,
-        "max_num_seqs": max_num_seqs,
-        "concurrency_prompt_tokens": concurrency_prompt_tokens,
-        "repeats": repeats,
-        "warmup": warmup,
-        "thinking": thinking,
-        "max_model_len": max_model_len,
-    }
-    if prompt_lengths is not None:
-        values["prompt_lengths"] = parse_int_list(prompt_lengths, "--prompt-lengths", allow_max=True)
-    if concurrency is not None:
-        values["concurrency"] = parse_int_list(concurrency, "--concurrency", limit=MAX_STREAMS)
-    settings = make_settings(**values)
-    key = api_key if api_key is not None else os.environ.get("VLLM_API_KEY")
+    settings = _settings(prompt_lengths=prompt_lengths, concurrency=concurrency, output_tokens=output_tokens,
+                         max_num_seqs=max_num_seqs, concurrency_prompt_tokens=concurrency_prompt_tokens,
+                         repeats=repeats, warmup=warmup, thinking=thinking, max_model_len=max_model_len)
+    key = api_key if api_key is not None else environment().vllm_api_key
 
     # bars on a terminal; piped or in CI, a line every 10 s or 10 %; nothing with --quiet
     terminal = terminal_progress(f"benchmark of {model}", unit="steps", mode="off" if quiet else None,
@@ -146,11 +136,7 @@ def bench(
         check_writable(output)  # before a request is sent, not after the benchmark ran
     with terminal:
         result = run_benchmark(base_url, model, settings, api_key=key or None, progress=progress)
-    if not result.failed and not any(r.ok for r in result.requests):
-        result.status = "failed"  # nothing was measured, whatever the server answered
-        first = next((r.error for r in result.requests if r.error), "") or \
-            next((p.skip_reason for p in result.points if p.skip_reason), "no request was sent")
-        result.errors.append(f"none of the {len(result.requests)} requests succeeded (first error: {first})")
+    _fail_when_nothing_measured(result)
 
     def scrubbed(text: str) -> str:  # a server may echo the key back in what it answered
         return redact(text, [key or ""])
@@ -158,21 +144,46 @@ def bench(
     if output is not None:
         _write_atomic(output, scrubbed(result.model_dump_json(indent=2)))
     if as_json:
-        typer.echo(scrubbed(json.dumps(
-            {
-                "base_url": result.base_url,
-                "model": result.model,
-                "status": result.status,
-                "max_model_len": result.max_model_len,
-                "errors": result.errors,
-                "notes": result.notes,
-                "knee": result.knee.model_dump() if result.knee else None,
-                "points": [p.model_dump(mode="json") for p in result.points],
-            }, indent=2, default=str)))
+        typer.echo(scrubbed(json.dumps(bench_json(result), indent=2, default=str)))
     else:
         typer.echo(scrubbed(render(result)))
     if result.failed:
         raise typer.Exit(1)
+
+
+def _settings(*, prompt_lengths: str | None, concurrency: str | None, **values: Any) -> BenchSettings:
+    """The benchmark settings of the command's options: the two sweeps parsed from their lists, the rest
+    as given (None: the default)."""
+    from roost.bench.sweep import make_settings
+
+    if prompt_lengths is not None:
+        values["prompt_lengths"] = parse_int_list(prompt_lengths, "--prompt-lengths", allow_max=True)
+    if concurrency is not None:
+        values["concurrency"] = parse_int_list(concurrency, "--concurrency", limit=MAX_STREAMS)
+    return make_settings(**values)
+
+
+def _fail_when_nothing_measured(result: BenchResult) -> None:
+    """A run in which no request succeeded is a failed run, whatever the server answered: say why."""
+    if not result.failed and not any(r.ok for r in result.requests):
+        result.status = "failed"  # nothing was measured, whatever the server answered
+        first = next((r.error for r in result.requests if r.error), "") or \
+            next((p.skip_reason for p in result.points if p.skip_reason), "no request was sent")
+        result.errors.append(f"none of the {len(result.requests)} requests succeeded (first error: {first})")
+
+
+def bench_json(result: BenchResult) -> dict[str, Any]:
+    """What ``--json`` prints (the module docstring lists its keys)."""
+    return {
+        "base_url": result.base_url,
+        "model": result.model,
+        "status": result.status,
+        "max_model_len": result.max_model_len,
+        "errors": result.errors,
+        "notes": result.notes,
+        "knee": result.knee.model_dump() if result.knee else None,
+        "points": [p.model_dump(mode="json") for p in result.points],
+    }
 
 
 def check_writable(path: Path) -> None:

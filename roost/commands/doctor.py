@@ -9,7 +9,6 @@ a check failed, 2 for an unknown host or profile. ``scripts/install-worker`` run
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from typing import Annotated
@@ -29,7 +28,7 @@ from roost.doctor import (
 )
 from roost.hosts import HostProfile, get_host
 from roost.profiles import get_profile
-from roost.settings import checkpoint_dir, roost_home
+from roost.settings import checkpoint_dir, environment, roost_home
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -100,7 +99,7 @@ def _registry_facts(facts: Facts) -> None:
 
 def prefect_api_url() -> str:
     """PREFECT_API_URL from the environment, else from the active Prefect profile."""
-    url = os.environ.get("PREFECT_API_URL", "")
+    url = environment().prefect_api_url or ""
     if url:
         return url
     from prefect.settings import PREFECT_API_URL  # the profile's setting (`prefect config set`)
@@ -151,7 +150,7 @@ def doctor_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check this machine for a host profile: Docker, NVIDIA runtime and driver, disk, base image, Prefect API."""
-    host_profile = get_host(host or os.environ.get("ROOST_HOST", "") or "spark")
+    host_profile = get_host(host or environment().roost_host or "spark")
     if profile is not None:
         get_profile(profile)  # an unknown profile is a UserError (exit 2)
     report = run_checks(host_profile, gather(host_profile, profile))

@@ -1,6 +1,6 @@
 """``roost eval BASE_URL --model NAME --task gsm8k|math500|mmlu-pro``: accuracy of any OpenAI-compatible server.
 
-Prompts, answer extraction and scoring: ``roost/eval/tasks.py``; datasets and the sample:
+Prompts, answer extraction and scoring: ``roost/eval/suites.py``; datasets and the sample:
 ``roost/eval/datasets.py``; the log a run resumes from: ``roost/eval/log.py``. Progress (questions
 done, accuracy so far, ETA) goes to stderr; the summary, or with ``--json`` the scores, to stdout.
 Exit 0 when the run completed, 1 when the server stopped answering (the log keeps every answer),
@@ -15,13 +15,13 @@ The JSON: ``task``, ``model``, ``status``, ``n``, ``correct``, ``wrong``, ``accu
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from roost.commands._common import echo_json, user_errors
+from roost.settings import environment, hub_token_env
 
 if TYPE_CHECKING:
     from roost.eval.runner import EvalResult
@@ -80,6 +80,7 @@ def eval_command(
 
     from roost.errors import UserError
     from roost.eval.runner import EvalProgress, EvalSettings, run_eval
+    from roost.hub._endpoint import resolve_token
     from roost.progress import terminal_progress
     from roost.vllm.client import normalize_base_url
 
@@ -92,7 +93,11 @@ def eval_command(
         err = exc.errors()[0]
         field = str(err["loc"][-1]).replace("_", "-") if err["loc"] else "value"
         raise UserError(f"--{field}: {err['msg']}") from None
-    key = api_key if api_key is not None else os.environ.get("VLLM_API_KEY")
+    env = environment()
+    key = api_key if api_key is not None else env.vllm_api_key
+    # the Hub token by the one precedence (no profile, so no Secret block): HF_TOKEN, else
+    # HUGGING_FACE_HUB_TOKEN, checked here; else huggingface_hub's stored login, read only for a Hub dataset
+    token = resolve_token() if hub_token_env() is not None else None
     terminal = terminal_progress(f"{settings.task} on {model}", unit="steps", mode="off" if quiet else None,
                                  interval_s=5.0, secrets=[key or ""])
 
@@ -101,7 +106,7 @@ def eval_command(
 
     with terminal:
         result = run_eval(base_url, model, settings, api_key=key or None, log_path=log, progress=progress,
-                          endpoint=os.environ.get("HF_ENDPOINT") or None, token=os.environ.get("HF_TOKEN") or None)
+                          endpoint=env.hf_endpoint or None, token=token)
     if as_json:
         echo_json(result.as_json())
     else:

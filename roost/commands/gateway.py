@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -39,6 +38,17 @@ import typer
 
 from roost.commands._common import echo_json, user_errors
 from roost.errors import UserError
+from roost.settings import (
+    PREFECT_API_KEY,
+    PREFECT_API_URL,
+    ROOST_GATEWAY_BACKENDS_DIR,
+    ROOST_GATEWAY_DB,
+    ROOST_GATEWAY_METRICS_TOKEN,
+    ROOST_HOME,
+    VLLM_API_KEY,
+    environment,
+    values_of,
+)
 
 if TYPE_CHECKING:
     from roost.gateway.db import GatewayDB
@@ -66,10 +76,10 @@ def _with_db(url: str | None, work: Callable[[GatewayDB], Awaitable[T]]) -> T:
 
 def upstream_key() -> str | None:
     """The key the gateway sends vLLM: ``VLLM_API_KEY``, else the Secret block (with a Prefect API)."""
-    env = os.environ.get("VLLM_API_KEY")
-    if env:
-        return env
-    if not os.environ.get("PREFECT_API_URL"):
+    env = environment()
+    if env.vllm_api_key:
+        return env.vllm_api_key
+    if not env.prefect_api_url:
         return None
     from blocks.resolve import load_vllm_api_key
 
@@ -122,8 +132,8 @@ def serve(
         "from every client; or ROOST_GATEWAY_METRICS_TOKEN. Neither: served to this host's loopback only.")] = None,
 ) -> None:
     """Run the metering gateway in the foreground (Ctrl-C or SIGTERM stops it)."""
-    from roost.gateway.access import TOKEN_ENV, load_token
-    from roost.gateway.app import GatewayConfig
+    from roost.gateway.access import load_token
+    from roost.gateway.config import GatewayConfig
     from roost.gateway.connections import ConnectionLimits
     from roost.gateway.db import default_db_url
     from roost.gateway.server import build
@@ -136,7 +146,7 @@ def serve(
     config = GatewayConfig(max_body_bytes=int(max_body_mb * 1024 * 1024), client_timeout_s=client_timeout,
                            body_timeout_s=body_timeout, trusted_user_header=trusted_header.lower(),
                            tokenize_after_s=tokenize_after,
-                           metrics_token=load_token(os.environ.get(TOKEN_ENV), metrics_token_file))
+                           metrics_token=load_token(environment().roost_gateway_metrics_token, metrics_token_file))
     gw = build(urls, db or default_db_url(), upstream_key(), config, poll_interval_s=poll_interval,
                use_registry=registry)
     if not urls and not registry:
@@ -307,16 +317,14 @@ def install(
     url = db or default_db_url()
     async_url(url)  # refuse a bad URL now, not at boot
     args = ["--host", host, "--port", str(port), *[a for u in backend or [] for a in ("--backend", normalize_base_url(u))]]
-    env = {"ROOST_GATEWAY_DB": url, "ROOST_HOME": str(roost_home()), "ROOST_GATEWAY_BACKENDS_DIR": str(registry_dir())}
-    for name in ("VLLM_API_KEY", "PREFECT_API_URL", "PREFECT_API_KEY", "ROOST_GATEWAY_METRICS_TOKEN"):
-        if os.environ.get(name):
-            env[name] = os.environ[name]
+    env = {ROOST_GATEWAY_DB: url, ROOST_HOME: str(roost_home()), ROOST_GATEWAY_BACKENDS_DIR: str(registry_dir())}
+    env.update(values_of(VLLM_API_KEY, PREFECT_API_URL, PREFECT_API_KEY, ROOST_GATEWAY_METRICS_TOKEN))
     home = Path.home()
     done = inst.install(unit_dir or home / ".config" / "systemd" / "user",
                         env_file or home / ".config" / "roost" / "gateway.env", args, env, start=start)
     for line in done:
         typer.echo(line, err=True)
-    if "VLLM_API_KEY" not in env and "PREFECT_API_URL" not in env:
+    if VLLM_API_KEY not in env and PREFECT_API_URL not in env:
         typer.echo("note: no VLLM_API_KEY or PREFECT_API_URL here: the gateway will send no upstream key; "
                    "set one in the environment file", err=True)
 

@@ -5,8 +5,9 @@ PATH may be ``hf://OWNER/NAME[@REVISION]`` (read from the Hub without downloadin
 JSON adds ``repo_id``, ``commit`` and ``bytes_fetched``); ``--profile P`` with no PATH plans that
 profile's repository and revision on the Hub.
 
-Prints the block size, the "KV cache size: N tokens" and "Maximum concurrency" figures vLLM will log,
-the smallest pool that holds one full-length request, and whether weights + pool fit the host.
+Prints the block size, the KV cache size in tokens and the maximum concurrency vLLM will log (its
+``KV_CACHE_SIZE`` and ``MAX_CONCURRENCY`` lines, ``roost.vllm.wordings``), the smallest pool that holds
+one full-length request, and whether weights + pool fit the host.
 Exit 0 when one full-length request fits the pool and the host budget, 1 when not, 2 for bad input.
 """
 

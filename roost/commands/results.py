@@ -154,20 +154,20 @@ CREDENTIALS_OPTION = typer.Option("--credentials", help="Roost Store Credentials
 
 def open_for_cli(results_dir: Path | None, store_url: str | None, credentials: str | None) -> Any:
     """The store a results command reads: --store (+ --credentials), --dir, the environment, ./results."""
-    import os
-
+    from roost.settings import environment
     from roost.store.location import CREDENTIALS_ENV, STORE_ENV, open_store
 
     if store_url is not None and results_dir is not None:
         raise UserError("--store and --dir name the same thing: give one")
-    if credentials is not None and store_url is None and not os.environ.get(STORE_ENV):
+    env = environment()
+    if credentials is not None and store_url is None and not env.roost_results_store:
         raise UserError("--credentials goes with an s3:// --store (or ROOST_RESULTS_STORE)")
     if results_dir is not None:
         if results_dir.exists() and not results_dir.is_dir():
             raise UserError(f"--dir {shown(str(results_dir))}: not a directory; point it at a roost results directory")
         return open_store(results_dir.expanduser().resolve())
-    url, field = (store_url, "--store") if store_url is not None else (os.environ.get(STORE_ENV, ""), STORE_ENV)
-    block = credentials if credentials is not None else os.environ.get(CREDENTIALS_ENV, "")
+    url, field = (store_url, "--store") if store_url is not None else (env.roost_results_store or "", STORE_ENV)
+    block = credentials if credentials is not None else env.roost_results_store_credentials or ""
     if not url.strip():
         default = default_results_dir()
         if default.exists() and not default.is_dir():
@@ -175,14 +175,14 @@ def open_for_cli(results_dir: Path | None, store_url: str | None, credentials: s
                             "directory (or unset it for ./results)")
         return open_store(default)
     if block.strip():
-        if not os.environ.get("PREFECT_API_URL"):
+        if not env.prefect_api_url:
             named_by = "--credentials" if credentials is not None else CREDENTIALS_ENV
             raise UserError(f"{named_by} names a Roost Store Credentials block on the Prefect server: set "
                             "PREFECT_API_URL to it, or leave it out to use the AWS_* environment")
         from blocks.store import open_results_store  # Prefect's client: only for a named credentials block
 
         return open_results_store(url, block.strip(), field)
-    from roost.store.location import StoreCredentials
+    from roost.store.credentials import StoreCredentials
 
     return open_store(url, StoreCredentials.from_env(), field)
 

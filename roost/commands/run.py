@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any, cast, get_args
 
@@ -18,6 +17,14 @@ from roost.net import require_free_port
 from roost.profiles import ModelProfile, get_profile
 from roost.records import RunRecord
 from roost.serve.base import RestartPolicy, check_vllm_args
+from roost.settings import (
+    PREFECT_SERVER_ANALYTICS_ENABLED,
+    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+    child_env,
+    environment,
+    log_roost_through_prefect,
+    set_default,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -64,50 +71,22 @@ def run(
 ) -> None:
     # roost's module loggers (roost.hub retries and resumes, ...) in the run's logs, at INFO
     # (flows/identity.py); set before anything loads Prefect, which reads it once
-    os.environ["PREFECT_LOGGING_EXTRA_LOGGERS"] = with_roost_logger(os.environ.get("PREFECT_LOGGING_EXTRA_LOGGERS", ""))
-    if os.environ.get("PREFECT_API_URL"):  # saved model-profile / roost-host documents count too
-        prof = _saved_or_builtin(profile, host)
-    else:  # unknown names fail here, before a temporary Prefect server starts
-        prof = get_profile(profile)
-        get_host(host or prof.host)
-    if revision is not None:
-        from roost.hub.snapshot import is_ref_name
-
-        if not is_ref_name(revision.strip()):
-            raise UserError(f"--revision {shown(revision, 80)!r}: not a branch, tag or commit git would accept "
-                            "(no '..', spaces or control characters)")
-    if restart_policy is not None and restart_policy not in get_args(RestartPolicy):
-        raise UserError(f"--restart-policy {restart_policy!r}: choose one of {', '.join(get_args(RestartPolicy))}")
-    policy = cast(RestartPolicy | None, restart_policy)
+    log_roost_through_prefect()
+    prof = _profile(profile, host)
+    _check_revision(revision)
+    policy = _restart_policy(restart_policy)
     if keep_serving and one_off:
         raise UserError("--keep-serving and --one-off contradict each other: give one")
     keep = prof.keeps_serving(True if keep_serving else False if one_off else None)
-    overrides = list(vllm_arg or [])
-    check_vllm_args(overrides, source="--vllm-arg")
-    if overrides:
-        from roost.plan.args import parse_overrides
-
-        parse_overrides([*prof.vllm_overrides, *overrides])  # a value vLLM would refuse, refused now
+    overrides = _checked_overrides(prof, vllm_arg)
     if dry_run:
         _dry_run(prof, host, model_dir, overrides, port=port, keep_serving=keep, restart_policy=policy,
                  as_json=as_json)
         return
     if model_dir is not None:
         raise UserError("--model-dir goes with --dry-run only: a run downloads the profile's repo itself")
-    from roost.report.publish import results_url
-
-    results_url()  # a malformed ROOST_RESULTS_URL is refused before anything starts, not ignored at the report
-    if port is not None:
-        require_free_port(port)
-    if overrides:
-        refuse_early(prof, host, overrides, revision)
-
-    # Without PREFECT_API_URL Prefect starts a temporary local server on the default SQLite database;
-    # on a busy 2-core machine it needs longer than Prefect's default 20 s to come up.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    # Its telemetry heartbeat sends usage data off the machine, and on a brand-new database it races
-    # its own first insert and prints an SQLAlchemy traceback; roost runs never need it.
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    _refuse_before_starting(prof, host, overrides, revision, port)
+    _local_prefect_defaults()
     # Prefect and the flows load only when a run starts: every `roost` command imports this module.
     from flows.land import land
 
@@ -117,6 +96,67 @@ def run(
         echo_json(record)
         return
     typer.echo(_summary(record))
+
+
+def _profile(profile: str, host: str | None) -> ModelProfile:
+    """The profile (and check the host) as the flow will resolve them."""
+    if environment().prefect_api_url:  # saved model-profile / roost-host documents count too
+        return _saved_or_builtin(profile, host)
+    prof = get_profile(profile)  # unknown names fail here, before a temporary Prefect server starts
+    get_host(host or prof.host)
+    return prof
+
+
+def _check_revision(revision: str | None) -> None:
+    """Refuse a ``--revision`` git would not take as a branch, tag or commit."""
+    if revision is not None:
+        from roost.hub.snapshot import is_ref_name
+
+        if not is_ref_name(revision.strip()):
+            raise UserError(f"--revision {shown(revision, 80)!r}: not a branch, tag or commit git would accept "
+                            "(no '..', spaces or control characters)")
+
+
+def _restart_policy(restart_policy: str | None) -> RestartPolicy | None:
+    """``--restart-policy`` when it names a Docker restart policy; a UserError listing them otherwise."""
+    if restart_policy is not None and restart_policy not in get_args(RestartPolicy):
+        raise UserError(f"--restart-policy {restart_policy!r}: choose one of {', '.join(get_args(RestartPolicy))}")
+    return cast(RestartPolicy | None, restart_policy)
+
+
+def _checked_overrides(prof: ModelProfile, vllm_arg: list[str] | None) -> list[str]:
+    """The ``--vllm-arg`` overrides, each checked, and with the profile's refused now when vLLM would refuse them."""
+    overrides = list(vllm_arg or [])
+    check_vllm_args(overrides, source="--vllm-arg")
+    if overrides:
+        from roost.plan.args import parse_overrides
+
+        parse_overrides([*prof.vllm_overrides, *overrides])  # a value vLLM would refuse, refused now
+    return overrides
+
+
+def _refuse_before_starting(prof: ModelProfile, host: str | None, overrides: list[str], revision: str | None,
+                            port: int | None) -> None:
+    """What a run would stop at later, refused before anything starts: a malformed ``ROOST_RESULTS_URL``
+    (not ignored at the report), a port in use, overrides vLLM would not start with."""
+    from roost.report.publish import results_url
+
+    results_url()
+    if port is not None:
+        require_free_port(port)
+    if overrides:
+        refuse_early(prof, host, overrides, revision)
+
+
+def _local_prefect_defaults() -> None:
+    """Settings of the temporary local Prefect server a run starts without ``PREFECT_API_URL`` (each
+    unless already set)."""
+    # Prefect starts it on the default SQLite database; on a busy 2-core machine it needs longer than
+    # Prefect's default 20 s to come up.
+    set_default(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, "180")
+    # Its telemetry heartbeat sends usage data off the machine, and on a brand-new database it races
+    # its own first insert and prints an SQLAlchemy traceback; roost runs never need it.
+    set_default(PREFECT_SERVER_ANALYTICS_ENABLED, "false")
 
 
 def refuse_early(prof: ModelProfile, host: str | None, overrides: list[str], revision: str | None = None) -> None:
@@ -131,37 +171,30 @@ def refuse_early(prof: ModelProfile, host: str | None, overrides: list[str], rev
     from roost.plan.preflight import plan_checkpoint
     from roost.plan.report import audit_for_host
 
-    host_p = _host(host or prof.host)
+    target = _host(host or prof.host)
     env = None
-    if host_p.backend == "process":
+    if target.backend == "process":
         from roost.serve.process import CPU_ENV_DEFAULTS
 
-        env = {**CPU_ENV_DEFAULTS, **os.environ}
+        env = {**CPU_ENV_DEFAULTS, **child_env()}
     with tempfile.TemporaryDirectory(prefix="roost-plan-") as tmp:
         try:
             if prof.demo:
                 from roost.demo.model import generate_tiny_model
 
-                audit = audit_for_host(generate_tiny_model(Path(tmp) / "model"), host_p)
+                audit = audit_for_host(generate_tiny_model(Path(tmp) / "model"), target)
             else:
                 from roost.hub.preflight import HubRef, preflight
 
                 pf = preflight(HubRef(repo_id=prof.repo_id, revision=revision or prof.revision),
-                               token=os.environ.get("HF_TOKEN"), allow_patterns=list(prof.allow_patterns),
-                               ignore_patterns=list(prof.ignore_patterns))
-                audit = audit_for_host(pf.files, host_p).from_hub(pf.repo_id, pf.commit, pf.bytes_fetched)
+                               allow_patterns=list(prof.allow_patterns), ignore_patterns=list(prof.ignore_patterns))
+                audit = audit_for_host(pf.files, target).from_hub(pf.repo_id, pf.commit, pf.bytes_fetched)
         except (RoostError, OSError):  # the Hub unreadable now (or a token only the Secret block holds):
             return                     # the flow's preflight stage retries, and reports what it finds
-        refusal = plan_checkpoint(audit, host_p, prof.plan_inputs(overrides), env=env).refusal()
+        refusal = plan_checkpoint(audit, target, prof.plan_inputs(overrides), env=env).refusal()
     if refusal is not None:  # usable input a check refused: exit 1, as `roost plan` and --dry-run say it
         raise CheckFailed(f"--vllm-arg {shown(' '.join(overrides), 200)}: vLLM would not start {prof.name} with it: "
                           f"{refusal[1]}")
-
-
-def with_roost_logger(extra_loggers: str) -> str:
-    """``PREFECT_LOGGING_EXTRA_LOGGERS`` (comma-separated logger names) with ``roost`` among them."""
-    names = [n.strip() for n in extra_loggers.split(",") if n.strip()]
-    return ",".join(names if "roost" in names else [*names, "roost"])
 
 
 def _dry_run(prof: ModelProfile, host: str | None, model_dir: Path | None, overrides: list[str], *, port: int | None,
@@ -174,22 +207,22 @@ def _dry_run(prof: ModelProfile, host: str | None, model_dir: Path | None, overr
     from roost.settings import checkpoint_dir
     from roost.units import format_memory
 
-    host_p = _host(host or prof.host)
+    target = _host(host or prof.host)
     path = model_dir or checkpoint_dir(prof.repo_id)
     if not (path / "config.json").is_file():
         raise UserError(f"{path}: no checkpoint there; download it first (roost download {prof.repo_id}) "
                         "or pass --model-dir DIR")
     check_vllm_args(list(prof.vllm_overrides), source=f"model profile {prof.name}: vllm_overrides")
-    plan = plan_checkpoint(audit_for_host(path, host_p), host_p, prof.plan_inputs(overrides))
+    plan = plan_checkpoint(audit_for_host(path, target), target, prof.plan_inputs(overrides))
     spec = prof.serve_spec(path, plan.vllm_args, port=port, keep_serving=keep_serving, restart_policy=restart_policy)
-    start = backend_for(host_p).start_plan(spec)
+    start = backend_for(target).start_plan(spec)
     refusal = plan.refusal()
     if as_json:
-        echo_json({"profile": prof.name, "host": host_p.name, "model_dir": str(path), "vllm_args": plan.vllm_args,
+        echo_json({"profile": prof.name, "host": target.name, "model_dir": str(path), "vllm_args": plan.vllm_args,
                    "fits_host": plan.fits_host, "refusal": refusal[1] if refusal else None,
                    "serve": start.model_dump(mode="json")})
     else:
-        typer.echo(f"roost: dry run of {prof.name} ({prof.repo_id}) on {host_p.name}: nothing started")
+        typer.echo(f"roost: dry run of {prof.name} ({prof.repo_id}) on {target.name}: nothing started")
         typer.echo(start.summary())
         typer.echo(f"  plan: weights + KV pool + headroom {format_memory(plan.fit.total_bytes)} of "
                    f"{format_memory(plan.fit.usable_bytes)}{'' if plan.fits_host else ': DOES NOT FIT'}")
@@ -198,7 +231,7 @@ def _dry_run(prof: ModelProfile, host: str | None, model_dir: Path | None, overr
 
 
 def _host(name: str) -> HostProfile:
-    if os.environ.get("PREFECT_API_URL"):
+    if environment().prefect_api_url:
         from blocks.resolve import load_host
 
         return load_host(name)
@@ -215,7 +248,7 @@ def _saved_or_builtin(profile: str, host: str | None) -> ModelProfile:
         prof = load_profile(profile)
         load_host(host or prof.host)
     except (httpx.HTTPError, OSError, RuntimeError) as exc:
-        raise UserError(f"cannot reach the Prefect API at {os.environ['PREFECT_API_URL']} ({type(exc).__name__}): "
+        raise UserError(f"cannot reach the Prefect API at {environment().prefect_api_url} ({type(exc).__name__}): "
                         "start the server (prefect server start) or unset PREFECT_API_URL") from None
     return prof
 

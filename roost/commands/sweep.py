@@ -10,13 +10,13 @@ unusable input.
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any
 
 import typer
 
 from roost.commands._common import echo_json, fail, user_errors
 from roost.errors import UserError
+from roost.settings import environment, log_roost_through_prefect
 
 
 def register(app: typer.Typer) -> None:
@@ -59,13 +59,13 @@ def sweep(
     if dry_run:
         _dry_run(profile, [v.overrides for v in variants(axes)], host_list, revision, as_json)
         return
-    if not os.environ.get("PREFECT_API_URL"):
+    if not environment().prefect_api_url:
         raise UserError("roost sweep lands each variant through the land/<host> deployments: set PREFECT_API_URL to "
                         "the Prefect server `roost setup` ran against (or use --dry-run to plan the variants)")
     prof, _ = _profile_and_host(profile, None)  # unknown names are refused before the flow starts
     for h in host_list or []:
         _profile_and_host(profile, h)
-    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "roost")
+    log_roost_through_prefect()
     from flows.sweep import sweep as sweep_flow
 
     state: Any = sweep_flow(profile=prof.name, grid=grid, hosts=host_list, revision=revision, objective=objective,
@@ -116,7 +116,7 @@ def _dry_run(profile: str, overrides: list[list[str]], hosts: list[str] | None, 
 
 def _profile_and_host(profile: str, host: str | None) -> tuple[Any, Any]:
     """The profile and host as the flow resolves them: saved block documents when a Prefect API is set."""
-    if os.environ.get("PREFECT_API_URL"):
+    if environment().prefect_api_url:
         from blocks.resolve import load_host, load_profile
 
         prof = load_profile(profile)

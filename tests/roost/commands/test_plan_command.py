@@ -17,9 +17,9 @@ from support.contract import PLAN_JSON_KEYS
 from typer.testing import CliRunner
 
 from roost.cli import app
+from roost.hosts import GB10_CUDA_TOTAL_BYTES
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import publish_repo
-from roost.plan.pool import GB10_CUDA_TOTAL_BYTES
 from roost.profiles import LOCAL
 
 ROOST = str(Path(sys.executable).parent / "roost")
