@@ -4,7 +4,7 @@ from the Hub without downloading a weight byte.
     preflight (config, index and shard headers over HTTP -> findings + KV plan)
         [-> download -> audit of the files on disk, headers checked against the preflight's]
 
-The preflight is ``land``'s first stage (``flows/stages.py``: the same task, the same Hub token from
+The preflight is ``land``'s first stage (``flows/stages/preflight.py``: the same task, the same Hub token from
 the profile's Secret block). ``repo`` audits any Hub repository (``hf://OWNER/NAME[@REVISION]``,
 planned with roost's defaults), not only a profile's. ``download=True`` also downloads the checkpoint
 onto the host's disk and audits it there, which warms the ``land`` run that follows. The findings,
@@ -22,12 +22,12 @@ from prefect.artifacts import create_markdown_artifact
 from blocks.profiles import profile_document_name
 from blocks.resolve import load_host, load_profile
 from flows.identity import initial_run_name
+from flows.lifecycle import new_record
 from flows.stages import (
     Checkpoint,
     audit_stage,
     download_stage,
     hub_source,
-    new_record,
     preflight_stage,
     refuse_unservable,
 )
@@ -50,33 +50,33 @@ def audit(profile: str = "local", revision: str | None = None, host: str | None 
     if repo:
         prof = adhoc_profile(repo, prof, host)
         revision = revision or prof.revision
-    host_p = load_host(host or prof.host)
-    record = new_record(prof, host_p, revision)
+    target = load_host(host or prof.host)
+    record = new_record(prof, target, revision)
     problem = ""
     checkpoint: Checkpoint | None = None
     with hub_source(prof) as endpoint:
-        pre = preflight_stage(record, prof, host_p, endpoint=endpoint, refuse=False)
+        pre = preflight_stage(record, prof, target, endpoint=endpoint, refuse=False)
         report, plan = pre.audit, pre.plan
         try:
             refuse_unservable("preflight", report, plan)
             if download:
                 checkpoint = download_stage(record, prof, endpoint)
-                served = audit_stage(record, prof, host_p, checkpoint, preflight=pre)  # also sets the refusal
+                served = audit_stage(record, prof, target, checkpoint, preflight=pre)  # also sets the refusal
                 report, plan = served.audit, served.plan
         except StageFailed as exc:  # error findings or a plan refusal: reported in the artifact, then the run fails
             if exc.stage not in ("preflight", "audit"):
                 raise  # the Hub or the disk failed: no answer about the checkpoint
             problem = str(exc)
-    findings = [Finding.model_validate(f) for f in record.audit["findings"]] if record.audit else report.findings
-    result = _result(record.meta.profile, prof.repo_id, host_p.name, record.meta.revision, record.meta.commit,
+    findings = record.audit.findings if record.audit else report.findings
+    result = _result(record.meta.profile, prof.repo_id, target.name, record.meta.revision, record.meta.commit,
                      checkpoint, report, plan)
     create_markdown_artifact(
-        key=f"audit-{profile_document_name(prof.name)}-{profile_document_name(host_p.name)}",
+        key=f"audit-{profile_document_name(prof.name)}-{profile_document_name(target.name)}",
         markdown=markdown(result, report, plan, findings, problem),
-        description=f"audit of {prof.repo_id}@{record.meta.commit[:12]} for host {host_p.name}",
+        description=f"audit of {prof.repo_id}@{record.meta.commit[:12]} for host {target.name}",
     )
     get_run_logger().info("audited %s@%s for %s: %d finding(s), %d error(s); vLLM args: %s", prof.repo_id,
-                          record.meta.commit[:12], host_p.name, len(findings),
+                          record.meta.commit[:12], target.name, len(findings),
                           sum(f.severity == "error" for f in findings),
                           " ".join(plan.vllm_args) or "-")
     if problem:

@@ -10,7 +10,7 @@
    (``roost-serve-<host>``), so no ``land`` replaces the server in between. The record inherits
    the identity (commit, image, vLLM args, audit, plan) of the stored ``land`` run that started
    the server, so the regression check compares like with like; it is reported and stored like
-   any run (``flows/stages.py``: the same benchmark, report and finish stages as ``land``).
+   any run (``flows/lifecycle.py`` and ``flows/stages/``: the same run, benchmark and report as ``land``).
 """
 
 from __future__ import annotations
@@ -25,28 +25,17 @@ from pydantic import SecretStr
 from blocks.resolve import VLLM_API_KEY_BLOCK, all_profiles, load_host, load_profile, load_vllm_api_key
 from flows.identity import initial_run_name, name_run, roost_logs_to_run
 from flows.land import land
-from flows.stages import (
-    benchmark_stage,
-    eval_datasets_stage,
-    eval_stage,
-    finish,
-    hub_source,
-    mark_failed,
-    new_record,
-    report_stage,
-    results_store,
-    server_version,
-    stage,
-)
-from roost.errors import RoostError, StageFailed, UserError
+from flows.lifecycle import new_record, pipeline_run
+from flows.stages import benchmark_stage, eval_datasets_stage, eval_stage, hub_source, stage
+from roost.errors import StageFailed, UserError
 from roost.gateway import registry
 from roost.hosts import HostProfile
 from roost.profiles import ModelProfile
 from roost.records import RunRecord, StageTiming
-from roost.regress import RegressionReport
 from roost.serve.backends import backend_for
 from roost.serve.base import ServerInfo
 from roost.serve.discover import probe
+from roost.serve.observe import server_version
 from roost.store import load_records
 from tasks.host_slot import ensure_host_limit, host_slot
 
@@ -77,39 +66,32 @@ def rebenchmark(host: str = "cpu", profile: str | None = None, notify: bool = Tr
     ``evaluate``: run the profile's accuracy evaluations after the benchmark.
     """
     roost_logs_to_run()
-    host_p = load_host(host)
-    ensure_host_limit(host_p.name)
+    target = load_host(host)
+    ensure_host_limit(target.name)
     # Under the host's serving slot, so no land replaces the server between finding and measuring it.
-    with host_slot(host_p.name):
-        found = find_server_task(host_p)
+    with host_slot(target.name):
+        found = find_server_task(target)
         if found:
-            with results_store(host_p):
-                return _benchmark_serving(found, host_p, profile, notify, evaluate)
-    prof_name = profile or _default_profile(host_p.name)
-    get_run_logger().info("nothing is serving on %s: landing %s there first (keep_serving)", host_p.name, prof_name)
-    name_run(prof_name, host_p.name)
-    result: dict[str, Any] = land(profile=prof_name, host=host_p.name, keep_serving=True, notify=notify,
+            return _benchmark_serving(found, target, profile, notify, evaluate)
+    prof_name = profile or _default_profile(target.name)
+    get_run_logger().info("nothing is serving on %s: landing %s there first (keep_serving)", target.name, prof_name)
+    name_run(prof_name, target.name)
+    result: dict[str, Any] = land(profile=prof_name, host=target.name, keep_serving=True, notify=notify,
                                   evaluate=evaluate)
     return result
 
 
-def _benchmark_serving(found: list[ServerInfo], host_p: HostProfile, profile: str | None,
+def _benchmark_serving(found: list[ServerInfo], target: HostProfile, profile: str | None,
                        notify: bool, evaluate: bool = True) -> dict[str, Any]:
     """Benchmark the newest of ``found``, report and notify like ``land`` does."""
     logger = get_run_logger()
     if len(found) > 1:
-        logger.warning("host %s runs %d roost servers; benchmarking the newest", host_p.name, len(found))
+        logger.warning("host %s runs %d roost servers; benchmarking the newest", target.name, len(found))
     server = found[-1]
     prof = _profile_for(server, profile)
-    record = _record_for(server, prof, host_p)
-    note = (f"already serving since {server.started_at:%Y-%m-%d %H:%M:%S} UTC" if server.started_at else "already serving")
-    if profile is not None and profile != prof.name:
-        note += f"; profile {profile} was asked for, {prof.name} runs"
-    record.stages.append(StageTiming(stage="serve", seconds=0.0, status="skipped",
-                                     note=f"{note} ({f'pid {server.pid}' if server.pid else server.container})"))
-    failure: RoostError | None = None
-    comparison: RegressionReport | None = None
-    try:
+    with pipeline_run("rebenchmark", prof, target, notify=notify,
+                      record=lambda: _record_for(server, prof, target, profile)) as run:
+        record = run.record
         # a server roost cannot talk to is a failed run too: reported, stored and sent to Slack
         with stage(record, "connect"):
             key = _server_key(server)
@@ -121,13 +103,7 @@ def _benchmark_serving(found: list[ServerInfo], host_p: HostProfile, profile: st
                 with hub_source(prof) as endpoint:  # the demo's datasets live on its mirror
                     evals = eval_datasets_stage(record, prof, endpoint)
                 eval_stage(record, server.base_url, prof, key, evals, served_model_name=server.served_model_name)
-    except RoostError as exc:
-        logger.error("rebenchmark failed at %s: %s", record.failed_stage or "setup", exc)
-        mark_failed(record, "setup", exc)  # one outside every stage (the demo's Hub mirror) too
-        failure = exc
-    finally:
-        comparison = report_stage(record, notify, prof, host_p)
-    return finish(record, "rebenchmark", failure, comparison)
+    return run.result()
 
 
 def _default_profile(host_name: str) -> str:
@@ -178,10 +154,22 @@ def _server_key(server: ServerInfo) -> SecretStr:
                     "and land with keep_serving again")
 
 
-def _record_for(server: ServerInfo, prof: ModelProfile, host_p: HostProfile) -> RunRecord:
+def _record_for(server: ServerInfo, prof: ModelProfile, target: HostProfile, asked: str | None) -> RunRecord:
+    """A new record carrying the identity of the stored land run that started ``server`` (if stored),
+    its serve stage skipped (already serving; ``asked``: the profile asked for, when another runs)."""
+    record = _inherit(server, prof, target)
+    note = (f"already serving since {server.started_at:%Y-%m-%d %H:%M:%S} UTC" if server.started_at else "already serving")
+    if asked is not None and asked != prof.name:
+        note += f"; profile {asked} was asked for, {prof.name} runs"
+    record.stages.append(StageTiming(stage="serve", seconds=0.0, status="skipped",
+                                     note=f"{note} ({f'pid {server.pid}' if server.pid else server.container})"))
+    return record
+
+
+def _inherit(server: ServerInfo, prof: ModelProfile, target: HostProfile) -> RunRecord:
     """A new record carrying the identity of the stored land run that started ``server`` (if stored)."""
     base: RunRecord | None = None
-    for rec in reversed(load_records(model=prof.repo_id, host=host_p.name)):
+    for rec in reversed(load_records(model=prof.repo_id, host=target.name)):
         if rec.status != "completed" or rec.meta.served_model_name != server.served_model_name:
             continue
         if server.started_at is None or rec.meta.started_at <= server.started_at + LAND_RECORD_SLACK:
@@ -190,11 +178,11 @@ def _record_for(server: ServerInfo, prof: ModelProfile, host_p: HostProfile) -> 
     identity: dict[str, Any] = {"served_model_name": server.served_model_name, "backend": server.backend}
     if base is None:
         get_run_logger().warning("no stored land run of %s on %s found: the record has no commit, so the regression "
-                                 "check cannot compare it", prof.repo_id, host_p.name)
-        return new_record(prof, host_p, **identity)
+                                 "check cannot compare it", prof.repo_id, target.name)
+        return new_record(prof, target, **identity)
     m = base.meta
     identity |= {"revision": m.revision, "commit": m.commit, "image": m.image, "image_digest": m.image_digest,
                  "vllm_version": m.vllm_version, "vllm_args": list(m.vllm_args)}
-    record = new_record(prof, host_p, **identity)
+    record = new_record(prof, target, **identity)
     record.audit, record.plan, record.decode_ceiling_tok_s = base.audit, base.plan, base.decode_ceiling_tok_s
     return record

@@ -25,7 +25,8 @@ from prefect.states import Completed, Failed
 from blocks.resolve import load_host, load_profile
 from blocks.store import results_store_for
 from flows.identity import initial_run_name, roost_logs_to_run, tag_run
-from flows.stages import hub_source, results_store
+from flows.lifecycle import results_store
+from flows.stages import hub_source
 from roost.errors import RoostError, UserError
 from roost.hosts import HostProfile
 from roost.profiles import ModelProfile

@@ -57,8 +57,8 @@ Per run
                          10 % more throughput.
 ``decode_ceiling_tok_s`` the roofline: host memory bandwidth / weight bytes one decode step reads.
 ``decode_pct_of_ceiling`` the headline decode rate as a percentage of the ceiling.
-``kv_cache_tokens``      vLLM's logged "KV cache size: N tokens".
-``max_concurrency``      vLLM's logged "Maximum concurrency for L tokens per request: Xx".
+``kv_cache_tokens``      vLLM's logged KV cache size in tokens (``roost.vllm.wordings.KV_CACHE_SIZE``).
+``max_concurrency``      vLLM's logged concurrency at L tokens per request (``roost.vllm.wordings.MAX_CONCURRENCY``).
 ``start_to_healthy_s``   server start -> the first completion answered (cold start).
 ``error_requests``       benchmark requests that failed.
 ``mtp_speedup@prompt=N``  the MTP A/B: median decode rate with --speculative-config / without, same
@@ -111,8 +111,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from roost.vllm import wordings as W
 
 REFERENCE_PROMPT_TOKENS = 2048
 """The headline prompt length: the recipes quote decode and TTFT at a 2K-token prompt."""
@@ -192,7 +195,7 @@ DECODE_CEILING = Metric(name="decode_ceiling_tok_s", label="roofline decode ceil
 DECODE_PCT_OF_CEILING = Metric(name="decode_pct_of_ceiling", label="decode % of roofline ceiling", unit="%",
                                direction=None, definition="headline decode rate / roofline ceiling x 100")
 KV_CACHE_TOKENS = Metric(name="kv_cache_tokens", label="KV cache (vLLM log)", unit="tokens", direction=None,
-                         definition="vLLM's logged 'KV cache size: N tokens'")
+                         definition=f"vLLM's logged '{W.KV_CACHE_SIZE.line(' N tokens')}'")
 MAX_CONCURRENCY = Metric(name="max_concurrency", label="max concurrency (vLLM log)", unit="x", direction=None,
                          definition="vLLM's logged full-length requests the KV cache holds at once")
 START_TO_HEALTHY = Metric(name="start_to_healthy_s", label="cold start to /health", unit="s", direction=L,
@@ -338,3 +341,116 @@ def fmt_change(change_pct: float | None) -> str:
         return "n/a"
     sign = "+" if change_pct >= 0 else "−"
     return f"{sign}{abs(change_pct):.1f}%"
+
+
+# --- table columns ----------------------------------------------------------------------------------
+
+Statistic = Literal["count", "mean", "median", "min", "max", "p10", "p90", "p99"]
+"""The statistics of a distribution (``roost.records.Distribution``), as a column names them."""
+
+GLUED_UNITS = ("%", "x")
+"""Units printed against the number (``78.0%``, ``1.41x``): a cell keeps them, a header never names them."""
+
+COUNT_UNITS = ("tokens", "requests", "concurrent", "")
+"""Units that count things: a whole number prints without decimals, and a header does not name the unit."""
+
+_SCALES: dict[tuple[str, str], float] = {("s", "ms"): 1000.0}
+"""The units a column may print a metric in besides its own: (metric's unit, column's unit) -> factor."""
+
+
+class Measured(Protocol):
+    """What a column reads its value from: a benchmark point (``roost.records.BenchPoint.value``)."""
+
+    def value(self, metric: str, statistic: str | None = None) -> float | None: ...
+
+
+class Column(BaseModel):
+    """One column of a table: a metric and the statistic of it the cells hold, headed and printed as
+    every table of roost does (the report's points and history tables, the benchmark's table artifact).
+
+    The header is the metric's title, its unit unless the label names it (``decode tok/s``) or the
+    unit counts things or is printed against the number, and the statistic: ``TTFT s (median)``,
+    ``ITL ms (median)``, ``Decode tok/s (median)``; without a statistic the unit goes in brackets
+    (``Mean queue time (s)``). A per-step metric's median is its value (one per repeat; the headline
+    calls it so too), so it is not named: ``Aggregate output tok/s``. Cells print the number alone
+    (``12.6``), except in a unit printed against it (``78.0%``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    metric: Metric
+    statistic: Statistic | None = Field(default=None, description="The statistic of the metric's distribution; "
+                                        "None: the metric is one number (a gauge, a run's headline figure).")
+    unit: str = Field(default="", description="The unit cells print in when not the metric's: 'ms' for a metric in s.")
+    heading: str = Field(default="", description="The header, where the table's context names the column better "
+                                                 "than the rule ('Per-request decode tok/s' beside the aggregate).")
+    rounded: bool = Field(default=False, description="Whole numbers from 10 up, one decimal below: a share read "
+                                                     "at a glance (63%, 7.5%).")
+
+    @model_validator(mode="after")
+    def _known_scale(self) -> Column:
+        if self.unit and self.unit != self.metric.unit and (self.metric.unit, self.unit) not in _SCALES:
+            raise ValueError(f"{self.metric.name} in {self.metric.unit} cannot be printed in {self.unit}")
+        return self
+
+    @property
+    def shown_unit(self) -> str:
+        """The unit the cells are in."""
+        return self.unit or self.metric.unit
+
+    @property
+    def header(self) -> str:
+        """What the table's header row says (see the class's docstring for the rule)."""
+        if self.heading:
+            return self.heading
+        unit = self.shown_unit
+        if unit in GLUED_UNITS or unit in COUNT_UNITS or self.metric.label.endswith((f" {unit}", "/s")):
+            unit = ""
+        named = self.statistic is not None and not (
+            self.statistic == "median" and self.metric.name in {m.name for m in PER_STEP})
+        if named:
+            return " ".join(part for part in (self.metric.title, unit) if part) + f" ({self.statistic})"
+        return f"{self.metric.title} ({unit})" if unit else self.metric.title
+
+    def legend(self, more: str = "") -> str:
+        """How a chart labels a series of this column: ``decode tok/s (median, min–max)``."""
+        inside = ", ".join(part for part in (self.statistic or "", more) if part)
+        return f"{self.metric.label} ({inside})" if inside else self.metric.label
+
+    def cell(self, value: float | None) -> str:
+        """``value`` (in the metric's unit) as the column prints it."""
+        if value is None or not math.isfinite(value):
+            return "—"
+        unit = self.shown_unit
+        value *= _SCALES.get((self.metric.unit, unit), 1.0)
+        glued = unit if unit in GLUED_UNITS else ""
+        if self.rounded:
+            return (f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}") + glued
+        if unit == "ms":  # a latency read in ms: whole from 100 ms, tenths from 1 ms, hundredths below
+            return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+        return fmt_value(value, glued)
+
+    def cell_of(self, point: Measured) -> str:
+        """The cell of one point: its value of the column's metric and statistic."""
+        return self.cell(point.value(self.metric.name, self.statistic))
+
+
+# The report's points tables and the benchmark's table artifact (tasks/benchmark.point_table)
+DECODE_MEDIAN = Column(metric=DECODE, statistic="median")
+DECODE_RANGE = Column(metric=DECODE, heading="Decode min–max")
+DECODE_PER_REQUEST = Column(metric=DECODE, statistic="median", heading="Per-request decode tok/s")
+PCT_OF_CEILING = Column(metric=DECODE_PCT_OF_CEILING, heading="% of ceiling", rounded=True)
+TTFT_MEDIAN = Column(metric=TTFT, statistic="median")
+TTFT_P90 = Column(metric=TTFT, statistic="p90")
+TTFT_P99 = Column(metric=TTFT, statistic="p99")
+TPOT_MEDIAN = Column(metric=TPOT, statistic="median")
+ITL_MEDIAN = Column(metric=ITL, statistic="median", unit="ms")
+PREFILL_MEDIAN = Column(metric=PREFILL, statistic="median")
+OUTPUT_MEDIAN = Column(metric=OUTPUT_THROUGHPUT, statistic="median")
+REQUEST_RATE_MEDIAN = Column(metric=REQUEST_RATE, statistic="median")
+SERVER_COLUMNS: tuple[Column, ...] = tuple(Column(metric=m) for m in PER_POINT_SERVER)
+"""Peak running, peak waiting, mean queue time: the server's view of a point (``metrics_delta``)."""
+
+POINT_COLUMNS: tuple[Column, ...] = (TTFT_MEDIAN, TPOT_MEDIAN, DECODE_MEDIAN, Column(metric=DECODE, statistic="min"),
+                                     Column(metric=DECODE, statistic="max"), OUTPUT_MEDIAN, REQUEST_RATE_MEDIAN)
+"""The measured columns of the benchmark's table artifact (one row per point of either kind)."""

@@ -23,7 +23,8 @@ from pydantic import BaseModel, Field
 
 from roost import catalogue as C
 from roost.bench import mtp
-from roost.catalogue import REFERENCE_PROMPT_TOKENS, Metric, find_knee
+from roost.bench.knee import knee_of
+from roost.catalogue import REFERENCE_PROMPT_TOKENS, Metric
 from roost.errors import UserError
 from roost.plan.args import parse_overrides
 from roost.records import BenchPoint, Distribution, ProbeResult, RunRecord
@@ -97,11 +98,6 @@ def reference_point(record: RunRecord) -> BenchPoint | None:
     if not pts:
         return None
     return min(pts, key=lambda p: (abs(p.prompt_tokens - REFERENCE_PROMPT_TOKENS), p.prompt_tokens))
-
-
-def knee_of(points: list[BenchPoint]) -> C.Knee | None:
-    """The knee of concurrency points (``roost.catalogue.find_knee``)."""
-    return find_knee([(p.concurrency, p.output_tok_s.median) for p in points])
 
 
 def max_num_seqs(record: RunRecord) -> int | None:
@@ -260,7 +256,7 @@ def headline_rows(record: RunRecord) -> list[HeadlineRow]:
 
 def accuracy_rows(record: RunRecord) -> list[HeadlineRow]:
     """One row per evaluation: accuracy with its interval, and the paired change when there is one."""
-    from roost.eval.tasks import TASKS
+    from roost.eval.suites import TASKS
 
     rows = []
     for e in record.evals:

@@ -92,3 +92,9 @@ def run_verdict(record: RunRecord, comparison: RegressionReport | None) -> RunVe
     if kind == "failed":  # the comparison saw a failed run the record does not call failed
         return RunVerdict(kind=kind, message=_one_line(comparison.message))
     return RunVerdict(kind=kind, message=_one_line(f"{status}: {comparison.message}"))
+
+
+def artifact_key(prefix: str, *parts: str) -> str:
+    """A Prefect artifact key: lowercase letters, digits and single dashes only."""
+    raw = "-".join([prefix, *parts]).lower()
+    return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]", "-", raw)).strip("-")

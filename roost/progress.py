@@ -18,7 +18,6 @@ everything it prints.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sys
 import time
@@ -27,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal, TextIO
 
 from roost.secrets import MASK, redact
+from roost.settings import environment
 from roost.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -49,11 +49,11 @@ _TOKEN = re.compile(r"\b(?:hf_[A-Za-z0-9]{8,}|xox[abposr]-[A-Za-z0-9-]{8,}|sk-[A
 def choose_mode(stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> Mode:
     """``rich`` on a terminal, ``plain`` when ``stream`` (default stderr) is not one or ``CI`` is set;
     ``ROOST_PROGRESS`` (rich, plain or off) wins over both."""
-    env = os.environ if env is None else env
-    forced = env.get("ROOST_PROGRESS", "").strip().lower()
+    settings = environment(env)
+    forced = (settings.roost_progress or "").strip().lower()
     if forced in MODES:
         return forced  # type: ignore[return-value]
-    if env.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+    if (settings.ci or "").strip().lower() not in ("", "0", "false", "no"):
         return "plain"
     try:
         tty = (sys.stderr if stream is None else stream).isatty()

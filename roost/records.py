@@ -12,21 +12,34 @@ Schema history:
 2. statistics nested per metric: ``ttft_s: {count, mean, median, min, max, p10, p90, p99}``;
    start attempts typed (:class:`StartAttempt`). The Parquet tables keep the flat column names
    (``roost.store`` flattens), so a table read with pandas has the same columns as before.
+
+The audit and plan documents read back typed (:class:`AuditSnapshot`, :class:`PlanSnapshot`) and are
+written back exactly as they were stored, so that change needed no new schema version.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import uuid
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    computed_field,
+    model_serializer,
+    model_validator,
+)
 
-from roost.eval.datasets import DatasetInfo
-from roost.eval.scoring import CategoryScore, EvalSummary, PairedComparison
-from roost.eval.tasks import Sampling
+from roost.eval_record import EvalRecord as EvalRecord
+from roost.eval_record import OtherModelScore as OtherModelScore
+from roost.failures import classify
 
 SCHEMA_VERSION = 2
 
@@ -121,14 +134,17 @@ class ServeObservation(BaseModel):
     predicted_kv_pool_range: tuple[int, int] | None = Field(
         default=None, description="(low, high) bytes of a predicted pool; None when pinned (exact).")
     logged_kv_pool_gib: float | None = Field(
-        default=None, description="The pool vLLM took, as it logged it ('Available KV cache memory' / 'Explicitly set').")
+        default=None, description="The pool vLLM took, as it logged it (its KV_POOL_GPU / KV_POOL_CPU line, "
+        "roost.vllm.wordings).")
     logged_kv_cache_tokens: int | None = None
     logged_max_concurrency: float | None = None
     logged_block_size: int | None = None
     logged_weights_gib: float | None = Field(
-        default=None, description="Weights in memory as vLLM's model runner measured them (\"Model loading took X GiB\").")
+        default=None, description="Weights in memory as vLLM's model runner measured them (the GiB of its "
+        "MODEL_LOADED line, roost.vllm.wordings).")
     logged_model_load_s: float | None = Field(
-        default=None, description="Model init + weight load as vLLM's model runner timed it (\"... and Y seconds\").")
+        default=None, description="Model init + weight load as vLLM's model runner timed it (the seconds of its "
+        "MODEL_LOADED line).")
     attention_backends: list[str] = Field(
         default_factory=list, description="Attention backends vLLM picked, as its enum names (FLASH_ATTN...), in log order.")
     moe_backends: list[str] = Field(
@@ -175,7 +191,7 @@ class BenchPoint(BaseModel):
     ``prefill_tok_s``) pool the completed requests of every repeat (the decode timings only the
     measurable ones: ``unmeasurable``); per-step metrics (``output_tok_s``, ``request_rate``) have
     one value per repeat; ``peak_running`` and ``peak_waiting`` are the server's gauges
-    (``metrics_delta``, named by ``roost.vllm.prometheus.step_delta``). Their definitions are in
+    (``metrics_delta``, named by ``roost.vllm.server_metrics.step_delta``). Their definitions are in
     ``roost/catalogue.py``.
     """
 
@@ -237,6 +253,14 @@ class BenchPoint(BaseModel):
     def measured(self) -> bool:
         """Not skipped, and at least one request completed."""
         return not self.skipped and self.requests > self.errors
+
+    def value(self, metric: str, statistic: str | None = None) -> float | None:
+        """One number of the point by its catalogue name: a statistic of a distribution (the median
+        when none is named), or a server gauge of ``metrics_delta`` (``peak_running``...)."""
+        if metric in DISTRIBUTIONS:
+            stat: float | None = getattr(getattr(self, metric), statistic or "median")
+            return stat
+        return self.metrics_delta.get(metric)
 
 
 DISTRIBUTIONS: tuple[str, ...] = ("ttft_s", "tpot_s", "itl_s", "e2el_s", "decode_tok_s", "prefill_tok_s", "output_tok_s",
@@ -346,51 +370,97 @@ class ProbeResult(BaseModel):
                                                 "reasoning's length, the structured answer's keys.")
 
 
-class OtherModelScore(BaseModel):
-    """Another stored model's latest score on the same evaluation (the recipe's "Ornith vs Qwen3.8")."""
+class Document(BaseModel):
+    """A JSON document a stage produced, kept as it was written, with the fields roost reads back typed.
 
-    repo_id: str
-    run_id: str
-    host: str
-    accuracy: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    n: int = 0
-    per_category: dict[str, CategoryScore] = Field(default_factory=dict)
+    The keys and their order are the writer's: a key the model does not declare stays as an extra
+    field (an older release's audit had other keys), and a declared field the document did not have
+    is left out of the dump, not written as its default, so a stored record dumps byte for byte as it
+    was read. Falsy when empty (a run that failed before its audit).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    _keys: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        doc = handler(data)
+        if isinstance(data, Mapping) and isinstance(doc, Document):
+            doc._keys = [str(k) for k in data]
+        return doc
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        return {k: out[k] for k in self.keys() if k in out}
+
+    def keys(self) -> list[str]:
+        """The document's keys in the writer's order, then any field set since."""
+        present = set(self.model_fields_set) | set(self.__pydantic_extra__ or {})
+        return [*self._keys, *(k for k in type(self).model_fields if k in present and k not in self._keys)]
+
+    def __getitem__(self, key: str) -> Any:
+        """The value at ``key``, typed where the model declares it (the document read as a mapping)."""
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __or__(self, other: Mapping[str, Any]) -> Self:
+        """This document with ``other``'s keys added or replaced, as ``dict | dict`` merges."""
+        return self.model_validate({**self.model_dump(), **other})
+
+    def __bool__(self) -> bool:
+        return bool(self.keys())
 
 
-class EvalRecord(BaseModel):
-    """One accuracy evaluation of a run (``roost.eval``): settings, scores, and the paired comparison
-    with the baseline. The per-question answers are in the store's ``eval_answers`` table."""
+class AuditSnapshot(Document):
+    """The audit of the run's checkpoint for its host, as ``roost audit --json`` prints it
+    (``roost.plan.report.AuditReport.to_json``); what the report and the audit flow read is typed."""
 
-    task: str
-    status: Literal["completed", "failed"] = "completed"
-    error: str = ""
-    dataset: DatasetInfo
-    sampling: Sampling
-    seed: int = 0
-    limit: int | None = None
-    per_category: int | None = None
-    sample_digest: str = Field(default="", description="Digest of the sample's question ids: runs pair on it.")
-    summary: EvalSummary
-    elapsed_s: float = 0.0
-    resumed: int = 0
-    baseline_run_id: str = Field(default="", description="The earlier run the answers were paired with ('' none).")
-    baseline: OtherModelScore | None = Field(default=None, description="That run's own scores on the same sample.")
-    comparison: PairedComparison | None = None
-    others: list[OtherModelScore] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list, description="Every finding, errors first or not.")
+    weight_bytes_by_class: dict[str, int] | None = Field(
+        default=None, description="Weight bytes per tensor class (language, vision, mtp...); None in an older record.")
 
-    def key(self) -> tuple[str, str, str, str, str]:
-        """What must match for two evaluations to be paired: task, dataset, sample, sampling."""
-        return (self.task, self.dataset.source, self.dataset.revision, self.sample_digest,
-                json.dumps(self.sampling.answer_fields(), sort_keys=True))
+
+class FitSnapshot(Document):
+    """Weights + KV pool + headroom against the host's budget (``roost.plan.fit.FitCheck``), in bytes."""
+
+    weight_bytes: int | float | None = None
+    kv_cache_memory_bytes: int | float | None = None
+    headroom_bytes: int | float | None = None
+    total_bytes: int | float | None = None
+    usable_bytes: int | float | None = None
+    free_bytes: int | float | None = None
+    fits: bool | None = None
+
+
+class PlanSnapshot(Document):
+    """The plan of the run, as ``roost plan --json`` prints it (``roost.plan.preflight.PlanReport.to_json``);
+    what the report reads is typed."""
+
+    gpu_memory_utilization: float | None = Field(
+        default=None, description="The share of memory the pool was predicted from; None for a pinned pool.")
+    fit: FitSnapshot | None = None
+
+
+_SNAPSHOTS: dict[str, type[Document]] = {"audit": AuditSnapshot, "plan": PlanSnapshot}
+
+
+def _as_snapshot(name: str, value: Any) -> Any:
+    """``value`` as the field ``name`` holds it: the audit's and the plan's JSON as their snapshots."""
+    kind = _SNAPSHOTS.get(name)
+    return kind.model_validate(value) if kind is not None and isinstance(value, Mapping) else value
 
 
 class RunRecord(BaseModel):
     """Everything one pipeline run established. Written to ``results/`` and rendered as the report.
 
     ``audit`` and ``plan`` are the documents ``roost audit --json`` and ``roost plan --json`` print
-    for the checkpoint and host of the run (the CLI's JSON contract: stable keys).
+    for the checkpoint and host of the run (the CLI's JSON contract: stable keys), kept as snapshots:
+    what roost reads back is typed, the rest rides along as written. A stage may assign the document
+    itself (``record.plan = plan.to_json()``): it becomes the snapshot.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -401,8 +471,8 @@ class RunRecord(BaseModel):
     failure_message: str = ""
     remediation: str = ""
     stages: list[StageTiming] = Field(default_factory=list)
-    audit: dict[str, Any] = Field(default_factory=dict, description="The audit's JSON (roost audit --json).")
-    plan: dict[str, Any] = Field(default_factory=dict, description="The plan's JSON (roost plan --json).")
+    audit: AuditSnapshot = Field(default_factory=AuditSnapshot, description="The audit's JSON (roost audit --json).")
+    plan: PlanSnapshot = Field(default_factory=PlanSnapshot, description="The plan's JSON (roost plan --json).")
     serve: ServeObservation = Field(default_factory=ServeObservation)
     points: list[BenchPoint] = Field(default_factory=list)
     decode_ceiling_tok_s: float | None = None
@@ -418,11 +488,40 @@ class RunRecord(BaseModel):
     def _upgrade(cls, data: Any) -> Any:
         return upgrade_record(data) if isinstance(data, dict) else data
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """``record.audit = report.to_json()`` keeps the document as its snapshot (as validation would)."""
+        super().__setattr__(name, _as_snapshot(name, value))
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy (``update`` is not validated, as pydantic's; the audit's and the plan's JSON become
+        their snapshots)."""
+        fixed = {k: _as_snapshot(k, v) for k, v in update.items()} if update else update
+        return super().model_copy(update=fixed, deep=deep)
+
     @property
     def accuracy_regressions(self) -> list[EvalRecord]:
         """Evaluations significantly worse than the baseline run on the same questions (McNemar)."""
         return [e for e in self.evals if e.comparison is not None and e.comparison.significant
                 and e.comparison.direction == "worse"]
+
+    def fail(self, stage: str, exc: BaseException) -> None:
+        """The run failed at ``stage`` with ``exc`` (its class and remediation when roost classified it:
+        ``roost.failures.classify``), unless an earlier failure is already the run's."""
+        if self.status == "failed":
+            return
+        self.status, self.failed_stage = "failed", stage
+        self.failure_message = str(exc) or type(exc).__name__
+        self.failure_class, self.remediation = classify(stage, exc)
+
+    def reclassify(self, failure_class: str, remediation: str, message: str) -> None:
+        """What stopped the failed run, once known better than its first failure said (the cold load's
+        verdict over all its attempts); the stage it failed at stays."""
+        self.failure_class, self.remediation, self.failure_message = failure_class, remediation, message
+
+    def clear_failure(self) -> None:
+        """A retry succeeded: what an earlier attempt failed with no longer describes the run."""
+        self.status, self.failed_stage, self.failure_message = "completed", "", ""
+        self.failure_class, self.remediation = "", ""
 
 
 def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:
@@ -449,3 +548,21 @@ def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:
         out["serve"] = {**serve, "attempts": attempts}
     out["schema_version"] = SCHEMA_VERSION
     return out
+
+
+NotifyKind = Literal["regression", "failure", "run"]
+"""What a run's notification says: it regressed, it failed, or it ran."""
+
+
+class NotifyResult(BaseModel):
+    """What happened to a run's notification (``roost.notify``). Stored in the results; never holds a secret."""
+
+    status: Literal["sent", "skipped", "failed"]
+    kind: NotifyKind | None = None
+    transport: Literal["bot", "webhook"] | None = None
+    channel: str = ""
+    message_ts: str = ""
+    file_id: str = ""
+    retries: int = Field(default=0, description="Retries slack-sdk made (429 / connection / 5xx).")
+    detail: str = Field(default="", description="Why it was skipped or what failed (secrets redacted).")
+    attempted_at: dt.datetime = Field(default_factory=utcnow)

@@ -33,7 +33,7 @@ from roost.hosts import HostProfile
 from roost.plan.inputs import PlanInputs
 from roost.plan.preflight import PlanReport, plan_checkpoint
 from roost.plan.report import AuditReport, audit_for_host
-from roost.serve.process import CPU_ENV_DEFAULTS
+from tasks._shared import log_findings, server_env
 
 FINGERPRINT_NAMES = ("config.json", "model.safetensors.index.json", "hf_quant_config.json")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -91,13 +91,6 @@ def audit_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
                 {"expected_headers": parameters.get("expected_headers")})
 
 
-def server_env(host: HostProfile) -> dict[str, str] | None:
-    """The environment vLLM will see on ``host``: the process backend's CPU defaults under the caller's env."""
-    if host.backend != "process":
-        return None
-    return {**CPU_ENV_DEFAULTS, **os.environ}
-
-
 def plan_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
     host = load_host(parameters["host_name"])
     audit: AuditReport = parameters["audit"]
@@ -108,14 +101,6 @@ def plan_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
         "pool_env": (server_env(host) or {}).get("VLLM_CPU_KVCACHE_SPACE"),
     }
     return _key("plan", parameters["model_dir"], host, extra)
-
-
-def log_findings(report: AuditReport) -> None:
-    """Each finding on the run's log, at the level of its severity."""
-    logger = get_run_logger()
-    for f in report.findings:
-        log = logger.error if f.severity == "error" else logger.warning if f.severity == "warning" else logger.info
-        log("%s: %s", f.code, f.message)
 
 
 @task(name="audit", cache_key_fn=audit_cache_key, persist_result=True, result_serializer="pickle")

@@ -19,24 +19,21 @@ from pydantic import SecretStr
 
 from roost import catalogue as C
 from roost.bench.sweep import BenchFailed, BenchResult, BenchSettings, make_settings, run_benchmark
+from roost.naming import artifact_key
 from roost.progress import terminal_progress
 from roost.records import BenchPoint
-from tasks.report import artifact_key
 
 __all__ = ["BenchFailed", "benchmark_task", "point_table"]
 
 
 def point_table(points: list[BenchPoint]) -> list[dict[str, object]]:
-    """The points as the table artifact shows them: one row each, columns named by the catalogue."""
+    """The points as the table artifact shows them: one row each, the measured columns the catalogue's
+    (``roost.catalogue.POINT_COLUMNS``: headed and printed as the report's tables)."""
     rows: list[dict[str, object]] = []
     for p in points:
         row: dict[str, object] = {"kind": p.kind, "prompt tokens": p.prompt_tokens, "concurrency": p.concurrency,
                                   "requests": p.requests, "errors": p.errors}
-        for metric, dist, stat in ((C.TTFT, p.ttft_s, "median"), (C.TPOT, p.tpot_s, "median"),
-                                   (C.DECODE, p.decode_tok_s, "median"), (C.DECODE, p.decode_tok_s, "min"),
-                                   (C.DECODE, p.decode_tok_s, "max"), (C.OUTPUT_THROUGHPUT, p.output_tok_s, "median"),
-                                   (C.REQUEST_RATE, p.request_rate, "median")):
-            row[f"{metric.label} ({stat})"] = metric.format(getattr(dist, stat))
+        row |= {column.header: column.cell_of(p) for column in C.POINT_COLUMNS}
         row["skipped"] = p.skip_reason if p.skipped else ""
         rows.append(row)
     return rows

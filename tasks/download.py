@@ -9,7 +9,8 @@ and a progress artifact. Returns the :class:`~roost.hub.snapshot.DownloadResult`
   changed since, so a Prefect cache hit can never hand back a directory whose files were touched.
   The result is persisted as JSON; Prefect's serializer restores the ``DownloadResult`` model.
 - Progress: a Prefect progress artifact and a log line with bytes, rate and ETA every 10 s.
-- Token: the Prefect Secret block named ``token_secret``, else ``HF_TOKEN``; never logged.
+- Token: roost's one precedence (``blocks.secrets.hub_token``): the Prefect Secret block named
+  ``token_secret``, else ``HF_TOKEN``, else ``HUGGING_FACE_HUB_TOKEN``, else the stored login; never logged.
 """
 
 from __future__ import annotations
@@ -25,57 +26,29 @@ from uuid import UUID
 
 from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
-from prefect.blocks.system import Secret
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.logging import get_run_logger
 from prefect.logging.handlers import APILogHandler
 from prefect.tasks import exponential_backoff
 
-from roost.errors import UserError
-from roost.hub.errors import HubUnreachable, is_transient
+from blocks.secrets import hub_token
 from roost.hub.progress import DownloadProgress
 from roost.hub.snapshot import (
     DownloadResult,
-    DownloadSpec,
     RetryPolicy,
     download_and_verify,
     warm_state_key,
 )
 from roost.profiles import ModelProfile
 from roost.progress import terminal_progress
+from roost.settings import ROOST_LOGGER
 from roost.units import format_bytes
+from tasks._shared import retry_transient_only, spec_for
 
 LOG_EVERY_S = 10.0
 ARTIFACT_EVERY_S = 2.0
-ROOST_LOGGER = "roost"
 CACHE_KEY_PREFIX = "roost-download-result-"
 """Results cached under the previous prefix (``roost-download-``) were dicts, not DownloadResult."""
-
-
-def spec_for(profile: ModelProfile, revision: str | None = None) -> DownloadSpec:
-    """The download spec of a model profile (its repo and patterns), at ``revision`` or the profile's."""
-    return DownloadSpec(
-        repo_id=profile.repo_id,
-        revision=revision or profile.revision,
-        allow_patterns=list(profile.allow_patterns),
-        ignore_patterns=list(profile.ignore_patterns),
-    )
-
-
-def token_from(secret_block: str | None) -> str | None:
-    """The HF token in the Prefect Secret block ``secret_block``; None when no block is named (the
-    download then uses ``HF_TOKEN`` or the stored login, or goes anonymous)."""
-    if not secret_block:
-        return None
-    try:
-        secret = cast("Secret[str]", Secret.load(secret_block))
-    except ValueError:
-        raise UserError(
-            f"Prefect Secret block {secret_block!r} not found: create it (prefect block create secret, "
-            "or Secret(value=...).save(name)) holding a Hugging Face read token"
-        ) from None
-    value = secret.get()
-    return str(value) if value else None
 
 
 def download_cache_key(_: TaskRunContext, parameters: dict[str, Any]) -> str | None:
@@ -85,22 +58,11 @@ def download_cache_key(_: TaskRunContext, parameters: dict[str, Any]) -> str | N
             spec_for(parameters["profile"], parameters.get("revision")),
             Path(parameters["local_dir"]),
             endpoint=parameters.get("endpoint"),
-            token=token_from(parameters.get("token_secret")),
+            token=hub_token(parameters.get("token_secret")),
         )
     except Exception:
         return None  # no key: the task runs and reports the real problem
     return None if digest is None else CACHE_KEY_PREFIX + digest
-
-
-def retry_transient_only(_task: Any, _task_run: Any, state: Any) -> bool:
-    """Retry when the Hub stayed unreachable; never for 401/403/404, bad input or integrity failures."""
-    try:
-        state.result()
-    except HubUnreachable:
-        return True
-    except Exception as exc:
-        return is_transient(exc)
-    return False
 
 
 class _Reporter:
@@ -211,7 +173,7 @@ def download_task(
                 spec,
                 Path(local_dir),
                 endpoint=endpoint,
-                token=token_from(token_secret),
+                token=hub_token(token_secret),
                 progress=reporter,
                 progress_interval=1.0,
                 retry=retry,

@@ -24,12 +24,14 @@ from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from pydantic import BaseModel, SecretStr
 
+from blocks.secrets import hub_token
 from roost import catalogue as C
 from roost.eval.datasets import Dataset, load_dataset, sample
 from roost.eval.runner import EvalProgress, EvalResult, EvalSettings, run_eval
-from roost.eval.tasks import get_task
-from tasks.download import retry_transient_only, token_from
-from tasks.report import artifact_key
+from roost.eval.suites import get_task
+from roost.naming import artifact_key
+from roost.settings import environment
+from tasks._shared import retry_transient_only
 
 LOG_EVERY_S = 10.0
 """Seconds between progress log lines (and artifact updates) of a long evaluation."""
@@ -46,15 +48,15 @@ class PreparedEval(BaseModel):
       retry_condition_fn=retry_transient_only)
 def eval_datasets_task(settings: list[EvalSettings], endpoint: str | None = None,
                        token_secret: str | None = None) -> list[PreparedEval]:
-    """Read each evaluation's dataset (a path, or a Hub dataset repo from ``endpoint``) and draw its sample."""
-    import os
-
+    """Read each evaluation's dataset (a path, or a Hub dataset repo from ``endpoint``, else ``HF_ENDPOINT``)
+    and draw its sample. The Hub token by roost's one precedence (``blocks.secrets.hub_token``)."""
     logger = get_run_logger()
-    token = token_from(token_secret) or os.environ.get("HF_TOKEN") or None
+    token = hub_token(token_secret)
+    endpoint = endpoint or environment().hf_endpoint
     out: list[PreparedEval] = []
     for s in settings:
         t0 = time.monotonic()
-        data = load_dataset(get_task(s.task), s.dataset, endpoint=endpoint or os.environ.get("HF_ENDPOINT"), token=token)
+        data = load_dataset(get_task(s.task), s.dataset, endpoint=endpoint, token=token)
         questions = sample(data.questions, seed=s.seed, limit=s.limit, per_category=s.per_category)
         logger.info("%s: %d of %d questions from %s@%s (%.1f s)", s.task, len(questions), len(data.questions),
                     data.info.source, data.info.revision[:16], time.monotonic() - t0)

@@ -11,10 +11,10 @@ from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from pydantic import SecretStr
 
+from roost.naming import artifact_key
 from roost.progress import terminal_progress
 from roost.serve.base import Readiness, Server
 from roost.serve.health import wait_until_ready
-from tasks.report import artifact_key
 
 
 @task(name="health-wait", cache_policy=NO_CACHE, persist_result=False)

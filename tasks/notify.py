@@ -18,11 +18,10 @@ from pydantic import ValidationError
 
 from blocks.resolve import validation_problems
 from blocks.slack import SLACK_BLOCK, SlackNotifier
-from roost.notify import NotifyResult
 from roost.notify.slack import deliver, prefect_run_url
-from roost.records import RunRecord
+from roost.records import NotifyResult, RunRecord
+from roost.report.outcome import ReportOutcome
 from roost.store import append_notification
-from tasks.report import ReportOutcome
 
 DEFAULT_BLOCK = SLACK_BLOCK
 """The SlackNotifier block ``notify_task`` loads when it is given none (``roost setup`` makes crash alerts from it)."""

@@ -16,13 +16,13 @@ from prefect.logging import get_run_logger
 from pydantic import BaseModel
 
 from blocks.resolve import load_host
+from blocks.secrets import hub_token
 from roost.hub.preflight import HubRef, PreflightStats, preflight
 from roost.plan.inputs import PlanInputs
 from roost.plan.preflight import PlanReport, plan_checkpoint
 from roost.plan.report import AuditReport, audit_for_host
 from roost.profiles import ModelProfile
-from tasks.audit import log_findings, server_env
-from tasks.download import retry_transient_only, spec_for, token_from
+from tasks._shared import log_findings, retry_transient_only, server_env, spec_for
 
 
 class PreflightOutcome(BaseModel):
@@ -43,7 +43,7 @@ def preflight_task(profile: ModelProfile, revision: str | None, host_name: str, 
     logger = get_run_logger()
     spec = spec_for(profile, revision)
     pf = preflight(HubRef(repo_id=spec.repo_id, revision=spec.revision), endpoint=endpoint,
-                   token=token_from(token_secret), allow_patterns=spec.allow_patterns,
+                   token=hub_token(token_secret), allow_patterns=spec.allow_patterns,
                    ignore_patterns=spec.ignore_patterns)
     host = load_host(host_name)
     audit = audit_for_host(pf.files, host).from_hub(pf.repo_id, pf.commit, pf.bytes_fetched)

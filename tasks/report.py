@@ -19,7 +19,6 @@ inline PNGs and says how to serve the rest (a ``file://`` link would not open in
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
@@ -33,49 +32,26 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from prefect.settings import PREFECT_UI_URL
-from pydantic import BaseModel, Field
 
 from roost.catalogue import fmt_change, fmt_value
 from roost.errors import UserError
 from roost.headline import headline_rows
+from roost.naming import artifact_key
 from roost.records import RunRecord
 from roost.regress import MetricComparison, RegressConfig, RegressionReport, compare
 from roost.report import ReportFiles, write_report
 from roost.report.document import build_document
 from roost.report.markdown import png_data_uri, render_markdown
+from roost.report.outcome import ReportOutcome
 from roost.report.publish import ENABLE_HINT, ReportUrls, report_urls, results_url
 from roost.report.write import headline_charts
 from roost.settings import results_dir
-from roost.store import AlreadyStored, StoredRun, StoreLike, append_run, load_records, report_dir, resolve
+from roost.store import AlreadyStored, StoreLike, append_run, load_records, report_dir, resolve
 from roost.store.fallback import KeepLocalCopy, pending_objects, push_pending
 from roost.store.objects import LocalStore, ObjectStore
 
 HISTORY_LIMIT = 60
 """Earlier runs of the same model and host read for the baseline and the history charts."""
-
-
-class ReportOutcome(BaseModel):
-    """What the report stage did; the notify stage reads ``comparison`` and ``files``."""
-
-    stored: StoredRun | None = None
-    files: ReportFiles | None = None
-    comparison: RegressionReport | None = None
-    urls: ReportUrls | None = Field(default=None, description="Where a browser reaches the files (a results URL set).")
-    artifact_keys: dict[str, str] = Field(default_factory=dict)
-    artifact_markdown: str = Field(
-        default="", description="The report as Markdown for the Prefect UI: charts from the results URL, or the "
-        "headline ones inline and the rest named by path.")
-    errors: list[str] = Field(default_factory=list)
-
-    @property
-    def markdown(self) -> Path | None:
-        return self.files.markdown if self.files else None
-
-
-def artifact_key(prefix: str, *parts: str) -> str:
-    """A Prefect artifact key: lowercase letters, digits and single dashes only."""
-    raw = "-".join([prefix, *parts]).lower()
-    return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]", "-", raw)).strip("-")
 
 
 def headline_table(record: RunRecord, comparison: RegressionReport | None) -> list[dict[str, str]]:

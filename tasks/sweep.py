@@ -26,10 +26,10 @@ from prefect.logging import get_run_logger
 from prefect.states import Cancelled
 
 from roost.errors import UserError
+from roost.naming import artifact_key
 from roost.sweep.compare import SweepComparison
 from roost.sweep.report import table_rows
 from roost.sweep.state import SweepState, VariantState
-from tasks.report import artifact_key
 
 UNCLAIMED = ("SCHEDULED", "PENDING")
 """State types of a landing no worker has started yet (Late and AwaitingRetry are Scheduled by type)."""

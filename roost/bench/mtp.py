@@ -25,7 +25,8 @@ from typing import Literal
 
 from roost.catalogue import REFERENCE_PROMPT_TOKENS
 from roost.records import BenchPoint, MtpAB, PointSpeedup, SpecAcceptance
-from roost.vllm.prometheus import SpecCounters
+from roost.vllm.argv import VllmArgv
+from roost.vllm.server_metrics import SpecCounters
 
 SPECULATIVE_FLAG = "--speculative-config"
 
@@ -107,33 +108,15 @@ def compare(with_spec: Sequence[BenchPoint], without_spec: Sequence[BenchPoint])
 
 
 def speculative_config(vllm_args: Sequence[str]) -> str | None:
-    """The last ``--speculative-config`` value in ``vllm_args`` (``--flag value`` or ``--flag=value``;
-    the last one wins, as with vLLM), or None."""
-    found: str | None = None
-    args = list(vllm_args)
-    for i, arg in enumerate(args):
-        if arg == SPECULATIVE_FLAG and i + 1 < len(args):
-            found = args[i + 1]
-        elif arg.startswith(SPECULATIVE_FLAG + "="):
-            found = arg[len(SPECULATIVE_FLAG) + 1:]
-    return found
+    """The ``--speculative-config`` value vLLM takes from ``vllm_args`` (any spelling vLLM reads:
+    ``--speculative_config``, ``=``, ``-sc``, ``.key`` arguments; the last one wins, as with vLLM),
+    or None when the flag is absent or has no value (:class:`~roost.vllm.argv.VllmArgv`)."""
+    return VllmArgv(vllm_args).get(SPECULATIVE_FLAG) or None
 
 
 def without_speculative(vllm_args: Sequence[str]) -> list[str]:
-    """``vllm_args`` with every ``--speculative-config`` (and its value) removed, the rest in order."""
-    out: list[str] = []
-    skip = False
-    for arg in vllm_args:
-        if skip:
-            skip = False
-            continue
-        if arg == SPECULATIVE_FLAG:
-            skip = True
-            continue
-        if arg.startswith(SPECULATIVE_FLAG + "="):
-            continue
-        out.append(arg)
-    return out
+    """``vllm_args`` with every ``--speculative-config`` (any spelling, and its value) removed, the rest in order."""
+    return list(VllmArgv(vllm_args).remove(SPECULATIVE_FLAG))
 
 
 def speculative_method(config: str) -> str:

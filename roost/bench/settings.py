@@ -5,7 +5,7 @@ The run itself is ``roost/bench/sweep.py``; the recipes' sweeps are the defaults
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -14,9 +14,10 @@ from roost.bench import (
     WINDOW_MAX as WINDOW_MAX,  # re-exported: 0 in prompt_lengths = the largest the window admits
 )
 from roost.bench import metrics as M
-from roost.bench.validity import unmeasurable
+from roost.bench.validity import stream_ceiling_tok_s, unmeasurable
 from roost.catalogue import Knee
 from roost.errors import StageFailed, UserError
+from roost.plan.args import parse_overrides
 from roost.records import BenchPoint
 from roost.vllm.client import RequestBudget
 from roost.vllm.stream import RequestRecord
@@ -183,3 +184,14 @@ class BenchFailed(StageFailed):
     def __init__(self, result: BenchResult) -> None:
         super().__init__("benchmark", "; ".join(result.errors) or "failed")
         self.result = result
+
+
+def for_server(vllm_args: Sequence[str], roofline_tok_s: float | None,
+               profile_bench: Mapping[str, Any]) -> dict[str, Any]:
+    """The benchmark settings for a server run with ``vllm_args``: its ``--max-num-seqs`` cap as a
+    level, the stream ceiling (roofline x (speculative tokens + 1), ``validity.stream_ceiling_tok_s``),
+    then the profile's ``bench`` (which wins)."""
+    cap = parse_overrides(list(vllm_args)).max_num_seqs
+    ceiling = stream_ceiling_tok_s(roofline_tok_s, vllm_args)
+    return {**({"max_num_seqs": cap} if cap else {}), **({"decode_ceiling_tok_s": ceiling} if ceiling else {}),
+            **profile_bench}

@@ -25,7 +25,7 @@ Method (the recipes' measurements, automated):
   stands for that largest admissible prompt. A point the server rejects (HTTP 400) is recorded
   as skipped, with the server's reason.
 - ``/metrics`` is scraped before and after every point, and its gauges polled during it, into
-  ``BenchPoint.metrics_delta`` (``roost/vllm/prometheus.py``).
+  ``BenchPoint.metrics_delta`` (``roost/vllm/server_metrics.py``).
 - Per-request budgets scale with the prompt (first token within ``ttft_timeout_base_s +
   concurrency * prompt_tokens / min_prefill_tok_s``), and a stream silent for
   ``stall_timeout_s`` is dropped. When a step has connection errors, time-outs or cut streams,
@@ -46,6 +46,7 @@ from typing import Any, Literal
 import httpx
 
 from roost.bench import metrics as M
+from roost.bench.knee import knee_of
 from roost.bench.metrics import Step
 from roost.bench.prompts import BuiltPrompt, PromptBuilder, PromptError, ServerTokenizer, UsageProbeCounter
 from roost.bench.settings import (
@@ -60,10 +61,9 @@ from roost.bench.settings import (
 )
 from roost.bench.validity import describe_counts, unmeasurable
 from roost.errors import UserError
-from roost.headline import knee_of
 from roost.inputs.text import shown
 from roost.records import BenchPoint, utcnow
-from roost.vllm import prometheus
+from roost.vllm import server_metrics
 from roost.vllm.client import VllmClient, display_url, normalize_base_url, run_sync
 from roost.vllm.stream import Phase, RequestRecord
 
@@ -123,7 +123,7 @@ class _Run:
 
     async def scrape(self) -> dict[str, float] | None:
         text = await self.client.metrics_text()
-        return None if text is None else prometheus.totals(prometheus.parse_text(text))
+        return None if text is None else server_metrics.totals(server_metrics.parse_text(text))
 
     async def poll_gauges(self, peaks: dict[str, float]) -> None:
         while True:
@@ -131,7 +131,7 @@ class _Run:
             snap = await self.scrape()
             if snap is None:
                 continue
-            for k, v in prometheus.gauges(snap).items():
+            for k, v in server_metrics.gauges(snap).items():
                 peaks[k] = max(v, peaks.get(k, v))
 
     # -- setup --
@@ -321,7 +321,7 @@ class _Run:
         finally:
             after = await self.scrape()
             self.result.points.append(
-                _point(kind, target, concurrency, self.s, steps, prometheus.step_delta(before, after, peaks), skip_reason)
+                _point(kind, target, concurrency, self.s, steps, server_metrics.step_delta(before, after, peaks), skip_reason)
             )
             if skip_reason:
                 self.done_steps += self.s.repeats - len(steps)

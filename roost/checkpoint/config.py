@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -34,6 +35,7 @@ from roost.inputs.jsondoc import parse_object
 from roost.inputs.text import shown
 
 LayerType = Literal["full_attention", "linear_attention", "sliding_attention"]
+MtpStyle = Literal["none", "mtp_prefix", "extra_layers"]
 
 
 class GdnDims(BaseModel):
@@ -67,7 +69,7 @@ class ModelConfigInfo(BaseModel):
     moe_intermediate_size: int = Field(default=0, description="One routed expert's MLP width (0: not MoE).")
     shared_expert_intermediate_size: int = Field(default=0, description="The shared expert's MLP width (0: none).")
     mtp_num_hidden_layers: int = 0
-    mtp_style: Literal["none", "mtp_prefix", "extra_layers"] = "none"
+    mtp_style: MtpStyle = "none"
     has_vision_config: bool = False
     vision_depth: int | None = None
     gdn: GdnDims | None = None
@@ -188,90 +190,173 @@ def _is_text(v: object) -> bool:
     return True
 
 
-def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quant: dict[str, Any] | None = None) -> ModelConfigInfo:
-    """Build a :class:`ModelConfigInfo` from a config dict; a missing, mistyped or out-of-range field is a
-    one-line UserError naming it."""
-    src = shown(str(source))
-    text = raw.get("text_config")
-    if text is not None and not isinstance(text, dict):
-        raise UserError(f"{src}: field 'text_config' must be an object, got {_r(text)}; {_REMEDY}")
-    text_cfg: Mapping[str, Any] = text or {}
+@dataclass(frozen=True)
+class _Fields:
+    """The fields of one ``config.json`` as :func:`parse_config` reads them: ``text_config``'s first, then
+    the top level's (multimodal configs nest the text model's fields). Every read is type-checked and
+    bounded; a bad field is a one-line UserError naming it, where it was read and ``src``."""
 
-    def find(*keys: str) -> tuple[str, Any]:
+    raw: Mapping[str, Any]
+    text: Mapping[str, Any]
+    src: str
+
+    def find(self, *keys: str) -> tuple[str, Any]:
         """(the key found, its value): text_config's first, then the top level's; None when absent."""
-        for d in (text_cfg, raw):
+        for d in (self.text, self.raw):
             for k in keys:
                 v = d.get(k)
                 if v is not None:
                     return k, v
         return keys[0], None
 
-    def at(key: str) -> str:
+    def at(self, key: str) -> str:
         """Where the field was read, when under text_config (a message's tail)."""
-        return " (in text_config)" if text_cfg.get(key) is not None else ""
+        return " (in text_config)" if self.text.get(key) is not None else ""
 
-    def get(*keys: str) -> Any:
-        return find(*keys)[1]
+    def get(self, *keys: str) -> Any:
+        return self.find(*keys)[1]
 
-    def bounded(key: str, v: Any, low: int, high: int, where: str | None = None) -> int:
-        name = f"{key!r}{at(key) if where is None else where}"
+    def bounded(self, key: str, v: Any, low: int, high: int, where: str | None = None) -> int:
+        """``v``, read as ``key``, as a whole number in [low, high]; ``where`` replaces the "(in text_config)"
+        tail of a message (for fields read elsewhere)."""
+        src = self.src
+        tail = self.at(key) if where is None else where
+        name = f"{key!r}{tail}"
         if type(v) is float and math.isfinite(v) and v.is_integer() and v > high:  # orjson reads 2**64 and up as floats
             raise UserError(f"{src}: field {name} is {v:.4g}, more than any model has (at most {high:,}); "
                             f"the config is corrupt — {_REMEDY}")
         if type(v) is not int or v < low:
             kind = "a positive integer" if low == 1 else f"a whole number >= {low}"
-            raise UserError(f"{src}: field {key!r} must be {kind}, got {_r(v)}{at(key) if where is None else where}; "
-                            f"{_REMEDY}")
+            raise UserError(f"{src}: field {key!r} must be {kind}, got {_r(v)}{tail}; {_REMEDY}")
         if v > high:
             raise UserError(f"{src}: field {name} is {_amount(v)}, more than any model has (at most {high:,}); "
                             f"the config is corrupt — {_REMEDY}")
         return v
 
-    def need_int(*keys: str, high: int) -> int:
-        name, v = find(*keys)
+    def need_int(self, *keys: str, high: int) -> int:
+        name, v = self.find(*keys)
         if v is None:
             raise UserError(
-                f"{src}: missing field {keys[0]!r} (looked at the top level and under text_config); "
+                f"{self.src}: missing field {keys[0]!r} (looked at the top level and under text_config); "
                 "the checkpoint's config.json is incomplete"
             )
-        return bounded(name, v, 1, high)
+        return self.bounded(name, v, 1, high)
 
-    def opt_int(*keys: str, high: int) -> int:
+    def opt_int(self, *keys: str, high: int) -> int:
         """An optional count: 0 when absent or null, a UserError naming the field when not a whole number >= 0."""
-        name, v = find(*keys)
+        name, v = self.find(*keys)
         if v is None or v is False:
             return 0
-        return bounded(name, v, 0, high)
+        return self.bounded(name, v, 0, high)
 
-    def opt_text(*keys: str) -> str | None:
-        key, v = find(*keys)
+    def opt_text(self, *keys: str) -> str | None:
+        key, v = self.find(*keys)
         if v is not None and not _is_text(v):
-            raise UserError(f"{src}: field {key!r}{at(key)} must be a name (a string of at most {MAX_NAME} characters), "
-                            f"got {_r(v)}; {_REMEDY}")
+            raise UserError(f"{self.src}: field {key!r}{self.at(key)} must be a name (a string of at most {MAX_NAME} "
+                            f"characters), got {_r(v)}; {_REMEDY}")
         return str(v) if v is not None else None
 
-    def opt_bool(*keys: str) -> bool | None:
-        key, v = find(*keys)
+    def opt_bool(self, *keys: str) -> bool | None:
+        key, v = self.find(*keys)
         if v is not None and type(v) is not bool:
-            raise UserError(f"{src}: field {key!r}{at(key)} must be true or false, got {_r(v)}; {_REMEDY}")
+            raise UserError(f"{self.src}: field {key!r}{self.at(key)} must be true or false, got {_r(v)}; {_REMEDY}")
         return bool(v) if v is not None else None
 
+
+class _TextShape(NamedTuple):
+    """The text model's sizes: layers, widths, heads, vocabulary and window."""
+
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+
+
+def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quant: dict[str, Any] | None = None) -> ModelConfigInfo:
+    """Build a :class:`ModelConfigInfo` from a config dict; a missing, mistyped or out-of-range field is a
+    one-line UserError naming it."""
+    # The steps run in this order so that, of several bad fields, the same one is reported first.
+    src = shown(str(source))
+    f = _Fields(raw, _text_config(raw, src), src)
+    architecture = _architecture(raw, src)
+    shape = _text_shape(f)
+    layer_types = _layer_types(f, shape.num_hidden_layers)
+    gdn = _gdn_dims(f) if "linear_attention" in layer_types else None
+    num_experts, top_k = _experts(f)
+    mtp_n, mtp_style = _mtp(f)
+    has_vision, vision_depth = _vision(f)
+    for scope in (raw, f.text):
+        _check_rope(scope, src, "text_config." if scope is f.text else "")
+    dtype = f.opt_text("torch_dtype", "dtype") or "bfloat16"
+    quant = _quantization(f) or extra_quant
+    tie = _tie_word_embeddings(f)
+    model_type = _model_type(f)
+    sliding_window = _sliding_window(f, layer_types)
+    return ModelConfigInfo(
+        architecture=architecture,
+        model_type=model_type,
+        num_hidden_layers=shape.num_hidden_layers,
+        hidden_size=shape.hidden_size,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim,
+        vocab_size=shape.vocab_size,
+        max_position_embeddings=shape.max_position_embeddings,
+        layer_types=layer_types,
+        dtype=dtype,
+        tie_word_embeddings=tie,
+        num_experts=num_experts,
+        num_experts_per_tok=top_k,
+        intermediate_size=f.opt_int("intermediate_size", high=MAX_HIDDEN * 64),
+        moe_intermediate_size=f.opt_int("moe_intermediate_size", high=MAX_HIDDEN * 64),
+        shared_expert_intermediate_size=f.opt_int("shared_expert_intermediate_size", high=MAX_HIDDEN * 64),
+        mtp_num_hidden_layers=mtp_n,
+        mtp_style=mtp_style,
+        has_vision_config=has_vision,
+        vision_depth=vision_depth,
+        gdn=gdn,
+        mamba_ssm_dtype=f.opt_text("mamba_ssm_dtype"),
+        sliding_window=sliding_window,
+        quantization=quant,
+    )
+
+
+def _text_config(raw: Mapping[str, Any], src: str) -> Mapping[str, Any]:
+    """``text_config`` (multimodal configs nest the text model's fields there): an object, or empty."""
+    text = raw.get("text_config")
+    if text is not None and not isinstance(text, dict):
+        raise UserError(f"{src}: field 'text_config' must be an object, got {_r(text)}; {_REMEDY}")
+    return text or {}
+
+
+def _architecture(raw: Mapping[str, Any], src: str) -> str:
+    """The model class vLLM builds: the first entry of ``architectures``."""
     archs = raw.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         raise UserError(f"{src}: missing field 'architectures' (a list naming the model class); {_REMEDY}")
     if not all(_is_text(a) for a in archs):
         raise UserError(f"{src}: field 'architectures' must list class names (strings of at most {MAX_NAME} "
                         f"characters), got {_r(archs)}; {_REMEDY}")
-    n_layers = need_int("num_hidden_layers", "n_layer", "num_layers", high=MAX_LAYERS)
-    hidden = need_int("hidden_size", "n_embd", "d_model", high=MAX_HIDDEN)
-    heads = need_int("num_attention_heads", "n_head", high=MAX_HEADS)
-    kv_heads = heads if get("num_key_value_heads") is None else need_int("num_key_value_heads", high=MAX_HEADS)
+    return archs[0]
+
+
+def _text_shape(f: _Fields) -> _TextShape:
+    """The text model's sizes, refusing what vLLM refuses to build (KV heads that do not divide the
+    attention heads, a head size of 0)."""
+    src = f.src
+    n_layers = f.need_int("num_hidden_layers", "n_layer", "num_layers", high=MAX_LAYERS)
+    hidden = f.need_int("hidden_size", "n_embd", "d_model", high=MAX_HIDDEN)
+    heads = f.need_int("num_attention_heads", "n_head", high=MAX_HEADS)
+    kv_heads = heads if f.get("num_key_value_heads") is None else f.need_int("num_key_value_heads", high=MAX_HEADS)
     if heads % kv_heads:
         raise UserError(
             f"{src}: num_key_value_heads ({kv_heads:,}) must divide num_attention_heads ({heads:,}): each KV head "
             f"serves a whole group of query heads, and vLLM refuses this config — {_REMEDY}"
         )
-    if get("head_dim") is None:
+    if f.get("head_dim") is None:
         head_dim = hidden // heads
         if head_dim == 0:
             raise UserError(
@@ -279,21 +364,25 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
                 f"head_dim, so each head would have 0 dimensions; set head_dim — {_REMEDY}"
             )
     else:
-        head_dim = need_int("head_dim", high=MAX_HEAD_DIM)
-    vocab = need_int("vocab_size", high=MAX_VOCAB)
-    max_pos = need_int("max_position_embeddings", "n_positions", "max_seq_len", high=MAX_POSITIONS)
+        head_dim = f.need_int("head_dim", high=MAX_HEAD_DIM)
+    vocab = f.need_int("vocab_size", high=MAX_VOCAB)
+    max_pos = f.need_int("max_position_embeddings", "n_positions", "max_seq_len", high=MAX_POSITIONS)
+    return _TextShape(n_layers, hidden, heads, kv_heads, head_dim, vocab, max_pos)
 
-    layer_types_raw = get("layer_types")
-    interval_name, interval = find("full_attention_interval")
-    layer_types: list[LayerType]
+
+def _layer_types(f: _Fields, n_layers: int) -> list[LayerType]:
+    """One attention kind per decoder layer: from ``layer_types`` (vLLM's and the families' spellings), else
+    every ``full_attention_interval``-th layer full and the rest linear, else all full attention."""
+    layer_types_raw = f.get("layer_types")
+    interval_name, interval = f.find("full_attention_interval")
     if layer_types_raw is not None:
         if not isinstance(layer_types_raw, list) or len(layer_types_raw) != n_layers:
             raise UserError(
-                f"{src}: layer_types must list one entry per layer ({n_layers}), "
+                f"{f.src}: layer_types must list one entry per layer ({n_layers}), "
                 f"got {len(layer_types_raw) if isinstance(layer_types_raw, list) else type(layer_types_raw).__name__}"
                 f"; {_REMEDY}"
             )
-        layer_types = []
+        layer_types: list[LayerType] = []
         for i, t in enumerate(layer_types_raw):
             if t in ("full_attention", "attention"):
                 layer_types.append("full_attention")
@@ -302,98 +391,99 @@ def parse_config(raw: Mapping[str, Any], source: str = "config.json", extra_quan
             elif t in ("sliding_attention", "sliding_window"):
                 layer_types.append("sliding_attention")
             else:
-                raise UserError(f"{src}: layer_types[{i}] = {_r(t)} is not a known layer type; {_REMEDY}")
-    elif interval is not None:
-        interval = bounded(interval_name, interval, 1, MAX_LAYERS)
-        layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)]
-    else:
-        layer_types = ["full_attention"] * n_layers
+                raise UserError(f"{f.src}: layer_types[{i}] = {_r(t)} is not a known layer type; {_REMEDY}")
+        return layer_types
+    if interval is not None:
+        interval = f.bounded(interval_name, interval, 1, MAX_LAYERS)
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)]
+    return ["full_attention"] * n_layers
 
-    gdn: GdnDims | None = None
-    if "linear_attention" in layer_types:
-        gdn = GdnDims(
-            num_k_heads=need_int("linear_num_key_heads", high=MAX_HEADS),
-            num_v_heads=need_int("linear_num_value_heads", high=MAX_HEADS),
-            head_k_dim=need_int("linear_key_head_dim", high=MAX_HEAD_DIM),
-            head_v_dim=need_int("linear_value_head_dim", high=MAX_HEAD_DIM),
-            conv_kernel=need_int("linear_conv_kernel_dim", high=MAX_CONV_KERNEL),
-        )
 
-    num_experts = opt_int("num_experts", "num_local_experts", "n_routed_experts", high=MAX_EXPERTS)
-    top_k = opt_int("num_experts_per_tok", "moe_topk", "top_k", high=MAX_EXPERTS)
+def _gdn_dims(f: _Fields) -> GdnDims:
+    """The gated-delta-net dimensions a model with linear-attention layers must declare."""
+    return GdnDims(
+        num_k_heads=f.need_int("linear_num_key_heads", high=MAX_HEADS),
+        num_v_heads=f.need_int("linear_num_value_heads", high=MAX_HEADS),
+        head_k_dim=f.need_int("linear_key_head_dim", high=MAX_HEAD_DIM),
+        head_v_dim=f.need_int("linear_value_head_dim", high=MAX_HEAD_DIM),
+        conv_kernel=f.need_int("linear_conv_kernel_dim", high=MAX_CONV_KERNEL),
+    )
+
+
+def _experts(f: _Fields) -> tuple[int, int]:
+    """(routed experts, experts per token), both 0 for a dense model; a MoE config must name both."""
+    num_experts = f.opt_int("num_experts", "num_local_experts", "n_routed_experts", high=MAX_EXPERTS)
+    top_k = f.opt_int("num_experts_per_tok", "moe_topk", "top_k", high=MAX_EXPERTS)
     if num_experts and not top_k:
-        raise UserError(f"{src}: MoE config (num_experts={num_experts}) lacks num_experts_per_tok; {_REMEDY}")
-    mtp_prefix = opt_int("mtp_num_hidden_layers", high=MAX_LAYERS)
-    nextn = opt_int("num_nextn_predict_layers", high=MAX_LAYERS)
-    if mtp_prefix:
-        mtp_n, mtp_style = mtp_prefix, "mtp_prefix"
-    elif nextn:
-        mtp_n, mtp_style = nextn, "extra_layers"
-    else:
-        mtp_n, mtp_style = 0, "none"
+        raise UserError(f"{f.src}: MoE config (num_experts={num_experts}) lacks num_experts_per_tok; {_REMEDY}")
+    return num_experts, top_k
 
-    vision = raw.get("vision_config")
-    if vision is not None and not isinstance(vision, dict):
-        raise UserError(f"{src}: field 'vision_config' must be an object, got {_r(vision)}; {_REMEDY}")
-    vision_depth = None
-    if isinstance(vision, dict):
-        for key in ("depth", "num_hidden_layers"):
-            if vision.get(key) is not None:
-                vision_depth = bounded(f"vision_config.{key}", vision[key], 0, MAX_LAYERS, "")
-                break
-    for scope in (raw, text_cfg):
-        _check_rope(scope, src, "text_config." if scope is text_cfg else "")
-    dtype = opt_text("torch_dtype", "dtype") or "bfloat16"
+
+def _mtp(f: _Fields) -> tuple[int, MtpStyle]:
+    """(MTP layers, how they are declared): ``mtp_num_hidden_layers`` (an ``mtp.`` prefix) first, else
+    ``num_nextn_predict_layers`` (extra decoder layers), else none."""
+    mtp_prefix = f.opt_int("mtp_num_hidden_layers", high=MAX_LAYERS)
+    nextn = f.opt_int("num_nextn_predict_layers", high=MAX_LAYERS)
+    if mtp_prefix:
+        return mtp_prefix, "mtp_prefix"
+    if nextn:
+        return nextn, "extra_layers"
+    return 0, "none"
+
+
+def _vision(f: _Fields) -> tuple[bool, int | None]:
+    """(whether the config declares a vision tower, its depth when given)."""
+    vision = f.raw.get("vision_config")
+    if vision is None:
+        return False, None
+    if not isinstance(vision, dict):
+        raise UserError(f"{f.src}: field 'vision_config' must be an object, got {_r(vision)}; {_REMEDY}")
+    for key in ("depth", "num_hidden_layers"):
+        if vision.get(key) is not None:
+            return True, f.bounded(f"vision_config.{key}", vision[key], 0, MAX_LAYERS, "")
+    return True, None
+
+
+def _quantization(f: _Fields) -> dict[str, Any] | None:
+    """``quantization_config`` at the top level, else under ``text_config`` (both checked); None when neither."""
     quant = None
-    for scope, prefix in ((raw, ""), (text_cfg, "text_config.")):
+    for scope, prefix in ((f.raw, ""), (f.text, "text_config.")):
         q = scope.get("quantization_config")
         if q is not None and not isinstance(q, dict):
-            raise UserError(f"{src}: field '{prefix}quantization_config' must be an object, got {_r(q)}; {_REMEDY}")
+            raise UserError(f"{f.src}: field '{prefix}quantization_config' must be an object, got {_r(q)}; {_REMEDY}")
         if q:
-            _checked_quant(q, src, f"{prefix}quantization_config")
+            _checked_quant(q, f.src, f"{prefix}quantization_config")
             quant = quant or q
-    quant = quant or extra_quant
-    tie = raw.get("tie_word_embeddings")
+    return quant
+
+
+def _tie_word_embeddings(f: _Fields) -> bool:
+    """``tie_word_embeddings`` at the top level, else under ``text_config``; false when absent."""
+    tie = f.raw.get("tie_word_embeddings")
     if tie is None:
-        tie = text_cfg.get("tie_word_embeddings", False)
+        tie = f.text.get("tie_word_embeddings", False)
     if tie is not None and type(tie) is not bool:
-        raise UserError(f"{src}: field 'tie_word_embeddings' must be true or false, got {_r(tie)}; {_REMEDY}")
-    for scope, prefix in ((raw, ""), (text_cfg, "text_config.")):
+        raise UserError(f"{f.src}: field 'tie_word_embeddings' must be true or false, got {_r(tie)}; {_REMEDY}")
+    return bool(tie)
+
+
+def _model_type(f: _Fields) -> str:
+    """``model_type`` at the top level, else under ``text_config`` (both checked); empty when absent."""
+    for scope, prefix in ((f.raw, ""), (f.text, "text_config.")):
         mt = scope.get("model_type")
         if mt is not None and not _is_text(mt):
-            raise UserError(f"{src}: field '{prefix}model_type' must be a name (a string of at most {MAX_NAME} "
+            raise UserError(f"{f.src}: field '{prefix}model_type' must be a name (a string of at most {MAX_NAME} "
                             f"characters), got {_r(mt)}; {_REMEDY}")
-    model_type = raw.get("model_type") or text_cfg.get("model_type") or ""
-    sliding_name, sliding_v = find("sliding_window")
-    sliding_window = None if sliding_v is None else bounded(sliding_name, sliding_v, 0, MAX_POSITIONS)
-    use_sliding = opt_bool("use_sliding_window")
-    return ModelConfigInfo(
-        architecture=archs[0],
-        model_type=model_type,
-        num_hidden_layers=n_layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        vocab_size=vocab,
-        max_position_embeddings=max_pos,
-        layer_types=layer_types,
-        dtype=dtype,
-        tie_word_embeddings=bool(tie),
-        num_experts=num_experts,
-        num_experts_per_tok=top_k,
-        intermediate_size=opt_int("intermediate_size", high=MAX_HIDDEN * 64),
-        moe_intermediate_size=opt_int("moe_intermediate_size", high=MAX_HIDDEN * 64),
-        shared_expert_intermediate_size=opt_int("shared_expert_intermediate_size", high=MAX_HIDDEN * 64),
-        mtp_num_hidden_layers=mtp_n,
-        mtp_style=mtp_style,  # type: ignore[arg-type]
-        has_vision_config=isinstance(vision, dict),
-        vision_depth=vision_depth,
-        gdn=gdn,
-        mamba_ssm_dtype=opt_text("mamba_ssm_dtype"),
-        sliding_window=sliding_window if "sliding_attention" in layer_types or use_sliding else None,
-        quantization=quant,
-    )
+    return f.raw.get("model_type") or f.text.get("model_type") or ""
+
+
+def _sliding_window(f: _Fields, layer_types: list[LayerType]) -> int | None:
+    """The sliding window, kept only when some layer slides or ``use_sliding_window`` is on (both fields are
+    checked either way)."""
+    sliding_name, sliding_v = f.find("sliding_window")
+    sliding_window = None if sliding_v is None else f.bounded(sliding_name, sliding_v, 0, MAX_POSITIONS)
+    use_sliding = f.opt_bool("use_sliding_window")
+    return sliding_window if "sliding_attention" in layer_types or use_sliding else None
 
 
 def _check_rope(d: Mapping[str, Any], src: str, prefix: str) -> None:

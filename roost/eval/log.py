@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from roost.errors import UserError
-from roost.eval.tasks import Question, Verdict
+from roost.eval.suites import Question, Verdict
 
 LOG_VERSION = 1
 

@@ -26,10 +26,11 @@ import httpx
 from pydantic import BaseModel, Field
 
 from roost.errors import RoostError, UserError
-from roost.eval.datasets import Dataset, DatasetInfo, load_dataset, sample
+from roost.eval.datasets import Dataset, load_dataset, sample
 from roost.eval.log import Answer, EvalLog, LogHeader, sample_digest
-from roost.eval.scoring import EvalSummary, summarize
-from roost.eval.tasks import EvalTask, Question, Sampling, get_task, split_reasoning, verdict
+from roost.eval.scoring import summarize
+from roost.eval.suites import EvalTask, Question, get_task, split_reasoning, verdict
+from roost.eval_record import DatasetInfo, EvalSummary, Sampling
 from roost.inputs.text import shown
 from roost.vllm.client import VllmClient, display_url, run_sync
 

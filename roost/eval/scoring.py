@@ -20,9 +20,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from roost.eval.tasks import Verdict
+from roost.eval.suites import Verdict
+from roost.eval_record import CategoryMove, CategoryScore, EvalSummary, PairedComparison
 
 Z_95 = 1.959963984540054
 """The 97.5th percentile of the standard normal: a 95 % two-sided interval."""
@@ -53,27 +52,6 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, float(2 * tail / 2**n))
 
 
-class CategoryScore(BaseModel):
-    n: int
-    correct: int
-    accuracy: float | None
-
-
-class EvalSummary(BaseModel):
-    """The run-level scores (the JSON of ``roost eval`` and the store's run-level row)."""
-
-    n: int
-    correct: int
-    wrong: int
-    unparsed: int
-    truncated: int
-    accuracy: float | None
-    ci_low: float | None
-    ci_high: float | None
-    mean_output_tokens: float | None
-    per_category: dict[str, CategoryScore] = Field(default_factory=dict)
-
-
 def summarize(rows: Iterable[Mapping[str, Any]]) -> EvalSummary:
     """Scores of per-question rows (``verdict``, ``category``, ``output_tokens``)."""
     rows = list(rows)
@@ -94,41 +72,6 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> EvalSummary:
                        truncated=counts["truncated"], accuracy=counts["correct"] / n if n else None,
                        ci_low=low, ci_high=high, mean_output_tokens=tokens / n if n else None,
                        per_category=per_category)
-
-
-class CategoryMove(BaseModel):
-    category: str
-    pairs: int
-    baseline_correct: int
-    current_correct: int
-    lost: int = Field(description="Right in the baseline, wrong now.")
-    gained: int = Field(description="Wrong in the baseline, right now.")
-    p_value: float
-
-
-class PairedComparison(BaseModel):
-    """This run against a baseline on the questions both answered (McNemar, exact)."""
-
-    pairs: int
-    baseline_correct: int
-    current_correct: int
-    lost: int
-    gained: int
-    p_value: float
-    significant: bool
-    direction: str = Field(description="'worse', 'better' or 'same' (not significant).")
-    categories: list[CategoryMove] = Field(default_factory=list, description="Categories whose pairs moved, worst first.")
-
-    @property
-    def delta_points(self) -> float:
-        """Accuracy change in points over the paired questions."""
-        return 100 * (self.current_correct - self.baseline_correct) / self.pairs if self.pairs else 0.0
-
-    def describe(self) -> str:
-        """``-6.0 points on 50 paired questions (lost 4, gained 1; McNemar p = 0.38, not significant)``."""
-        sig = "significant" if self.significant else "not significant"
-        return (f"{self.delta_points:+.1f} points on {self.pairs} paired questions (lost {self.lost}, gained "
-                f"{self.gained}; McNemar p = {self.p_value:.3g}, {sig})")
 
 
 def paired(baseline: Mapping[str, tuple[str, bool]], current: Mapping[str, tuple[str, bool]],

@@ -10,7 +10,6 @@ as the recipe's box did, and roost then restarts the container on every change
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +21,14 @@ from roost.monitor.grafana import DASHBOARDS_PATH
 from roost.monitor.prometheus import PrometheusAPI, PrometheusError
 from roost.monitor.render import PROMETHEUS_DIR, render
 from roost.monitor.state import MonitorState, save_state
+from roost.settings import ROOST_GRAFANA_ADMIN_PASSWORD, environment
 
 PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0"
 GRAFANA_IMAGE = "grafana/grafana:11.6.0"
 PROMETHEUS_NAME = "roost-prometheus"
 GRAFANA_NAME = "roost-grafana"
 LABEL = "ai.roost.monitor"
-ADMIN_PASSWORD_ENV = "ROOST_GRAFANA_ADMIN_PASSWORD"
+ADMIN_PASSWORD_ENV = ROOST_GRAFANA_ADMIN_PASSWORD
 
 Mount = Literal["dir", "file"]
 
@@ -125,8 +125,8 @@ def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 
     if options.grafana:
         _replace(client, GRAFANA_NAME)
         env = {"GF_SERVER_HTTP_PORT": str(options.grafana_port)}
-        if os.environ.get(ADMIN_PASSWORD_ENV):
-            env["GF_SECURITY_ADMIN_PASSWORD"] = os.environ[ADMIN_PASSWORD_ENV]
+        if password := environment().roost_grafana_admin_password:
+            env["GF_SECURITY_ADMIN_PASSWORD"] = password
         client.containers.run(
             options.grafana_image, name=GRAFANA_NAME, detach=True, network_mode="host", environment=env,
             volumes={str((out / "grafana" / "provisioning").resolve()): {"bind": "/etc/grafana/provisioning", "mode": "ro"},

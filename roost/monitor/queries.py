@@ -1,6 +1,6 @@
 """Every PromQL expression roost's dashboard and alert rules read, defined once.
 
-Series names come from where they are exposed: vLLM's in :mod:`roost.vllm.prometheus`, the
+Series names come from where they are exposed: vLLM's in :mod:`roost.vllm.server_metrics`, the
 gateway's in :mod:`roost.gateway.metrics`. vLLM labels its series ``model_name`` (the served model
 name); the gateway labels them ``model`` (the name clients ask for, the same string), so gateway
 series are relabelled to ``model_name`` where the two are compared.
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from roost.gateway import metrics as gw
-from roost.vllm import prometheus as vp
+from roost.vllm import server_metrics as vp
 
 VLLM_JOB = "vllm"
 GATEWAY_JOB = "llm-gateway"

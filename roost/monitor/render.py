@@ -35,6 +35,7 @@ from roost.errors import UserError
 from roost.gateway.registry import Registration
 from roost.monitor import dashboard, grafana, rules, scrape
 from roost.monitor.targets import DecodeFloor, ScrapeTarget, Targets, address_of, decode_floor, kept_servers
+from roost.settings import environment
 from roost.store.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def gateway_token_from_env() -> SecretStr | None:
     its value, when it is not a usable token); None when unset."""
     from roost.gateway.access import TOKEN_ENV, check_token
 
-    value = os.environ.get(TOKEN_ENV)
+    value = environment().roost_gateway_metrics_token
     return check_token(value, TOKEN_ENV) if value else None
 
 

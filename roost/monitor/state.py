@@ -4,7 +4,6 @@ gateway is scraped with its metrics token is recorded, the token is only in the 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
@@ -13,7 +12,7 @@ from roost.errors import UserError
 from roost.monitor.render import RenderOptions, gateway_token_from_env
 from roost.monitor.rules import RuleSettings
 from roost.monitor.scrape import ScrapeSettings
-from roost.settings import roost_home
+from roost.settings import environment, roost_home
 from roost.store.atomic import atomic_write_text
 
 
@@ -43,7 +42,7 @@ class MonitorState(BaseModel):
 
 
 def state_path() -> Path:
-    return Path(os.environ.get("ROOST_MONITOR_STATE") or roost_home() / "monitor" / "monitor.json")
+    return Path(environment().roost_monitor_state or roost_home() / "monitor" / "monitor.json")
 
 
 def load_state() -> MonitorState | None:

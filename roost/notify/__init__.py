@@ -10,23 +10,22 @@ Three kinds of message:
 - ``run``: a routine report of the headline numbers (sent only with ``notify_on`` ``every_run``).
 
 The payload is Slack Block Kit (``blocks``) plus a plain ``text`` fallback for notifications.
-Sending lives in ``tasks/notify.py``; the outcome of a send is a ``NotifyResult``.
+Sending lives in ``tasks/notify.py``; the outcome of a send is a ``roost.records.NotifyResult``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from roost.catalogue import fmt_accuracy, fmt_change, fmt_value
+from roost import catalogue as C
+from roost.catalogue import fmt_accuracy, fmt_change
 from roost.headline import headline, headline_rows
-from roost.records import EvalRecord, RunRecord, utcnow
+from roost.records import EvalRecord, NotifyKind, RunRecord
 from roost.regress import MetricComparison, RegressionReport
 
-NotifyKind = Literal["regression", "failure", "run"]
 NotifyOn = Literal["regression", "failure", "every_run"]
 
 MAX_LISTED = 10
@@ -42,20 +41,6 @@ MAX_FIELDS = 10
 """Slack's limit on a section's fields (each at most ``MAX_FIELD_TEXT`` characters)."""
 
 MAX_FIELD_TEXT = 2000
-
-
-class NotifyResult(BaseModel):
-    """What happened to a run's notification. Stored in the results; never holds a secret."""
-
-    status: Literal["sent", "skipped", "failed"]
-    kind: NotifyKind | None = None
-    transport: Literal["bot", "webhook"] | None = None
-    channel: str = ""
-    message_ts: str = ""
-    file_id: str = ""
-    retries: int = Field(default=0, description="Retries slack-sdk made (429 / connection / 5xx).")
-    detail: str = Field(default="", description="Why it was skipped or what failed (secrets redacted).")
-    attempted_at: dt.datetime = Field(default_factory=utcnow)
 
 
 class SlackMessage(BaseModel):
@@ -141,8 +126,7 @@ def headline_fields(record: RunRecord) -> list[tuple[str, str]]:
 
 def change_line(c: MetricComparison) -> str:
     """``• decode tok/s @ 2,048-token prompt: 12.6 → 11.0 tok/s (−12.7%)``."""
-    before = fmt_value(c.baseline, c.metric.unit)
-    after = fmt_value(c.current, c.metric.unit)
+    before, after = c.metric.format(c.baseline), c.metric.format(c.current)
     return f"• {escape(c.metric.label)}: {before} → {after} ({fmt_change(c.change_pct)})"
 
 
@@ -177,7 +161,7 @@ def _listing(title: str, items: list[MetricComparison]) -> str:
 def accuracy_line(e: EvalRecord, *, markup: bool = True) -> str:
     """``GSM8K: 66.0% (95% CI 52.2–77.6%) on 50; −12.0 points vs run R (lost 8, gained 2; McNemar p = 0.03);
     moved: algebra lost 5, geometry lost 3``."""
-    from roost.eval.tasks import TASKS
+    from roost.eval.suites import TASKS
 
     title = TASKS[e.task].title if e.task in TASKS else e.task
     s = e.summary
@@ -194,76 +178,66 @@ def accuracy_line(e: EvalRecord, *, markup: bool = True) -> str:
     return escape(line) if markup else line
 
 
-def build_message(
-    record: RunRecord,
-    comparison: RegressionReport | None,
-    *,
-    run_url: str = "",
-    report_location: str = "",
-    mentions: Iterable[str] = (),
-) -> SlackMessage:
-    """The Block Kit message for a run (failure, regression or routine report)."""
-    kind = message_kind(record, comparison)
-    meta = record.meta
+def _regression_text(title: str, record: RunRecord, comparison: RegressionReport | None) -> str:
+    """``roost regression: …: decode tok/s @ … 12.6 tok/s → 10.8 tok/s (−14.4%) and 2 more``: the first
+    accuracy regression, else the first speed regression, and how many more there are."""
+    speed = ranked(record, comparison.regressions) if comparison is not None else []
+    worse = record.accuracy_regressions
+    if worse:
+        text = f"{title}: {accuracy_line(worse[0], markup=False)}"
+    else:
+        first = speed[0]
+        text = (f"{title}: {first.metric.label} {first.metric.format(first.baseline)} → "
+                f"{first.metric.format(first.current)} ({fmt_change(first.change_pct)})")
+    more = len(speed) + len(worse) - 1
+    return text + (f" and {more} more" if more > 0 else "")
+
+
+def _title_and_text(kind: NotifyKind, record: RunRecord, comparison: RegressionReport | None) -> tuple[str, str]:
+    """The header of the message and its plain-text fallback (what a notification shows)."""
     who = _who(record)
-    tags = " ".join(m for m in (format_mention(x) for x in mentions) if m) if kind != "run" else ""
-    blocks: list[dict[str, Any]] = []
     if kind == "failure":
         title = f"roost run failed: {who}"
-        stage = record.failed_stage or "unknown stage"
-        cls = record.failure_class or "failure"
-        text = f"{title} at {stage} ({cls})"
-    elif kind == "regression":
+        return title, f"{title} at {record.failed_stage or 'unknown stage'} ({record.failure_class or 'failure'})"
+    if kind == "regression":
         title = f"roost regression: {who}"
-        speed = ranked(record, comparison.regressions) if comparison is not None else []
-        worse = record.accuracy_regressions
-        if worse:
-            text = f"{title}: {accuracy_line(worse[0], markup=False)}"
-        else:
-            first = speed[0]
-            text = (
-                f"{title}: {first.metric.label} {fmt_value(first.baseline, first.metric.unit)} → "
-                f"{fmt_value(first.current, first.metric.unit)} ({fmt_change(first.change_pct)})"
-            )
-        more = len(speed) + len(worse) - 1
-        if more > 0:
-            text += f" and {more} more"
-    else:
-        title = f"roost run: {who}"
-        h = headline(record)
-        text = f"{title}: decode {fmt_value(h.decode_tok_s, 'tok/s')}, peak {fmt_value(h.peak_output_tok_s, 'tok/s')}"
-        if comparison is not None and comparison.insufficient:
-            text += " (insufficient baseline: no verdict)"
-    if tags:
-        text = f"{tags} {text}"
-    blocks.append({"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}})
-    if tags:
-        blocks.append(_section(tags))
+        return title, _regression_text(title, record, comparison)
+    title = f"roost run: {who}"
+    h = headline(record)
+    text = f"{title}: decode {C.DECODE.format(h.decode_tok_s)}, peak {C.PEAK_OUTPUT.format(h.peak_output_tok_s)}"
+    if comparison is not None and comparison.insufficient:
+        text += " (insufficient baseline: no verdict)"
+    return title, text
 
-    if kind == "failure":
-        lines = [
-            f"*Stage:* {escape(record.failed_stage or 'unknown')}",
-            f"*Failure class:* `{escape(record.failure_class or 'unknown')}`",
-        ]
-        if record.failure_message:
-            lines.append(f"*What happened:* {escape(record.failure_message)}")
-        if record.remediation:
-            lines.append(f"*Remediation:* {escape(record.remediation)}")
-        blocks.append(_section("\n".join(lines)))
 
+def _failure_block(record: RunRecord) -> dict[str, Any]:
+    """Where the run failed, its class, what happened and what to change."""
+    lines = [
+        f"*Stage:* {escape(record.failed_stage or 'unknown')}",
+        f"*Failure class:* `{escape(record.failure_class or 'unknown')}`",
+    ]
+    if record.failure_message:
+        lines.append(f"*What happened:* {escape(record.failure_message)}")
+    if record.remediation:
+        lines.append(f"*Remediation:* {escape(record.remediation)}")
+    return _section("\n".join(lines))
+
+
+def _body(kind: NotifyKind, record: RunRecord) -> list[dict[str, Any]]:
+    """The failure (when the run failed), the headline numbers, and the evaluations' accuracy."""
+    blocks = [_failure_block(record)] if kind == "failure" else []
     fields = headline_fields(record)
     if fields:
-        blocks.append(
-            {
-                "type": "section",
-                "fields": [{"type": "mrkdwn", "text": f"*{escape(k)}*\n{escape(v)}"[:MAX_FIELD_TEXT]}
-                           for k, v in fields[:MAX_FIELDS]],
-            }
-        )
-
+        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{escape(k)}*\n{escape(v)}"[:MAX_FIELD_TEXT]}
+                                                     for k, v in fields[:MAX_FIELDS]]})
     if record.evals and kind != "failure":
         blocks.append(_section("\n".join(["*Accuracy*", *(accuracy_line(e) for e in record.evals)])[:MAX_SECTION_TEXT]))
+    return blocks
 
+
+def _tail(kind: NotifyKind, record: RunRecord, comparison: RegressionReport | None, run_url: str,
+          report_location: str) -> list[dict[str, Any]]:
+    """What closes the message: improvements and baseline notes, the links, and the run's identity."""
     tail: list[dict[str, Any]] = []
     if comparison is not None and kind != "failure":
         if comparison.improvements:
@@ -272,7 +246,6 @@ def build_message(
             tail.append(_section("_First run of this configuration: it establishes the baseline._"))
         if comparison.insufficient:
             tail.append(_section(insufficient_text(comparison)))
-
     links = []
     if run_url:
         links.append(f"<{run_url}|Prefect flow run>")
@@ -280,16 +253,44 @@ def build_message(
         links.append(f"report: `{escape(report_location)}`")
     if links:
         tail.append(_section(" · ".join(links)))
+    meta = record.meta
     context = f"`{escape(meta.repo_id)}` @ `{meta.commit[:12]}` · run `{meta.run_id}`"
     if meta.vllm_version:
         context += f" · vLLM {escape(meta.vllm_version)}"
     if meta.image_digest:
         context += f" · image `{escape(meta.image_digest[:19])}`"
     tail.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context[:MAX_SECTION_TEXT]}]})
+    return tail
+
+
+def _regressed(record: RunRecord, comparison: RegressionReport, max_blocks: int) -> list[dict[str, Any]]:
+    """Every speed regression, before and after, packed into at most ``max_blocks`` sections."""
+    n = len(comparison.baseline_run_ids)
+    heading = (f"Regressed: {len(comparison.regressions)} (vs the median of {n} earlier comparable "
+               f"run{'s' if n != 1 else ''})")
+    lines = [change_line(c) for c in ranked(record, comparison.regressions)]
+    return packed_sections(heading, lines, max_blocks)
+
+
+def build_message(
+    record: RunRecord,
+    comparison: RegressionReport | None,
+    *,
+    run_url: str = "",
+    report_location: str = "",
+    mentions: Iterable[str] = (),
+) -> SlackMessage:
+    """The Block Kit message for a run (failure, regression or routine report): a header, the people
+    to tell (not for a routine report), the body, every regression, then the tail (links, identity)."""
+    kind = message_kind(record, comparison)
+    tags = " ".join(m for m in (format_mention(x) for x in mentions) if m) if kind != "run" else ""
+    title, text = _title_and_text(kind, record, comparison)
+    blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}}]
+    if tags:
+        text = f"{tags} {text}"
+        blocks.append(_section(tags))
+    blocks += _body(kind, record)
+    tail = _tail(kind, record, comparison, run_url, report_location)
     if comparison is not None and kind != "failure" and comparison.regressions:
-        n = len(comparison.baseline_run_ids)
-        heading = (f"Regressed: {len(comparison.regressions)} (vs the median of {n} earlier comparable "
-                   f"run{'s' if n != 1 else ''})")
-        lines = [change_line(c) for c in ranked(record, comparison.regressions)]
-        blocks += packed_sections(heading, lines, MAX_BLOCKS - len(blocks) - len(tail))
+        blocks += _regressed(record, comparison, MAX_BLOCKS - len(blocks) - len(tail))
     return SlackMessage(text=text, blocks=blocks + tail)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import SecretStr
 
-from roost.notify import NotifyResult, SlackMessage, build_message, message_kind, should_notify
-from roost.records import RunMeta, RunRecord
+from roost.notify import SlackMessage, build_message, message_kind, should_notify
+from roost.records import NotifyResult, RunMeta, RunRecord
 from roost.regress import RegressionReport
 from roost.secrets import redact
 

@@ -26,7 +26,6 @@ follow them. Whether the result fits a host is :mod:`roost.plan.fit`'s.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from pydantic import BaseModel
@@ -37,7 +36,7 @@ from roost.inputs.text import shown
 from roost.plan.inputs import ServingSettings
 from roost.plan.kv import KvModelSpec, KvRules, kv_model_from_config, pool_for_concurrency
 from roost.units import GiB
-from roost.vllm.flags import vllm_flag
+from roost.vllm.argv import VllmArgv
 
 MTP_SPECULATIVE_CONFIG: dict[str, Any] = {"method": "mtp", "num_speculative_tokens": 1}
 
@@ -192,38 +191,27 @@ MAX_OVERRIDE_INT = 2**53
 def parse_overrides(argv: list[str]) -> VllmOverrides:
     """Pick ``--max-model-len``, ``--kv-cache-memory-bytes``, ``--dtype``, ``--kv-cache-dtype``,
     ``--block-size``, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--gpu-memory-utilization``,
-    ``--enforce-eager`` and ``--[no-]enable-prefix-caching`` out of an argv (``--f v``, ``--f=v`` and one
-    argument ``--f v``, in vLLM's ``_`` spelling too; the last one wins). A sizing value that is not a whole number from 1 to 2**53 is a UserError
-    naming the flag: vLLM would refuse it after the download, the plan refuses it before."""
+    ``--[no-]enforce-eager`` and ``--[no-]enable-prefix-caching`` out of an argv, read as vLLM reads it
+    (:class:`~roost.vllm.argv.VllmArgv`: ``--f v``, ``--f=v`` and one argument ``--f v``, in vLLM's ``_``
+    spelling too; the last one wins). A flag given without a value, or a sizing value that is not a whole
+    number from 1 to 2**53, is a UserError naming the flag: vLLM would refuse it after the download, the
+    plan refuses it before."""
+    given = VllmArgv(argv)
     found: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i].strip()
-        flag = vllm_flag(arg)
-        parts = re.split(r"[=\s]", arg, maxsplit=1)
-        inline = parts[1].strip() if len(parts) == 2 else None
-        if flag in _VALUE_FLAGS:
-            if inline is not None:
-                value = inline
-            elif i + 1 < len(argv):
-                i += 1
-                value = argv[i].strip()
-            else:
+    for flag, field in _VALUE_FLAGS.items():
+        for raw in given.values(flag):  # each one checked, the last one kept
+            value = raw.strip()
+            if not value:
                 raise UserError(f"vLLM override {flag} has no value")
-            field = _VALUE_FLAGS[flag]
             if field in _INT_FIELDS:
                 found[field] = _whole_number(flag, value)
             elif field == "gpu_memory_utilization":
                 found[field] = _share(flag, value)
             else:
                 found[field] = value
-        elif flag == "--enable-prefix-caching":
-            found["enable_prefix_caching"] = True
-        elif flag == "--no-enable-prefix-caching":
-            found["enable_prefix_caching"] = False
-        elif flag == "--enforce-eager":
-            found["enforce_eager"] = True
-        i += 1
+    for flag, field in (("--enable-prefix-caching", "enable_prefix_caching"), ("--enforce-eager", "enforce_eager")):
+        if (on := given.enabled(flag)) is not None:  # ``--no-<flag>`` turns it off; the last one wins
+            found[field] = on
     return VllmOverrides(**found)
 
 

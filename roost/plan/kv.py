@@ -1,4 +1,4 @@
-"""Predict vLLM's KV-cache sizing: block size, groups, blocks, "KV cache size: N tokens", concurrency.
+"""Predict vLLM's KV-cache sizing: block size, groups, blocks, the KV cache size in tokens, concurrency.
 
 This reproduces, in integers, what vLLM computes at start-up (``vllm/v1/core/kv_cache_utils.py``,
 ``vllm/v1/kv_cache_interface.py``, ``Platform._align_hybrid_block_size``):
@@ -9,7 +9,7 @@ This reproduces, in integers, what vLLM computes at start-up (``vllm/v1/core/kv_
    ``conv_rows = kernel - 1 + num_speculative_tokens`` and ``conv_dim = 2 * k_heads * k_dim + v_heads * v_dim``.
    The attention block size is raised to ``align * cdiv(mamba_page, align * attn_page_1tok)`` (``align =
    max(smallest kernel block, configured block size)``), rounded to the backends' kernel block, and the
-   mamba page is padded to the attention page: "Setting attention block size to N tokens".
+   mamba page is padded to the attention page (vLLM's ``ATTENTION_BLOCK_SIZE`` line, ``roost.vllm.wordings``).
 3. Groups: layers of one kind share a spec; ``group_size = min(layers per kind)`` (or the max when
    max < 1.5 * min); each kind splits into ``cdiv(n, group_size)`` groups. One block of the shared pool
    holds one page for every layer of the widest group.
@@ -49,6 +49,7 @@ from roost.checkpoint.config import GdnDims, ModelConfigInfo, dtype_bytes
 from roost.errors import UserError
 from roost.hosts import HostProfile
 from roost.units import GiB
+from roost.vllm import wordings as W
 
 MambaCacheMode = Literal["none", "align"]
 
@@ -236,7 +237,7 @@ class KvPlan(BaseModel):
     max_model_len: int
     kv_cache_memory_bytes: int
     block_size: int
-    block_size_raised: bool = Field(description="vLLM logs 'Setting attention block size to N tokens'.")
+    block_size_raised: bool = Field(description="vLLM logs its ATTENTION_BLOCK_SIZE line (roost.vllm.wordings).")
     kv_bytes_per_token: int
     attn_page_bytes_per_token: int
     mamba_page_bytes: int
@@ -317,13 +318,7 @@ def plan_kv(
     ``--no-enable-prefix-caching``; ``None`` when neither is given (the build's default for hybrid
     models, ``rules.hybrid_prefix_caching_default``).
     """
-    L = max_model_len or model.max_position_embeddings
-    if L <= 0:
-        raise UserError(f"--max-model-len must be positive, got {L}")
-    if kv_cache_memory_bytes <= 0:
-        raise UserError(f"--kv-cache-memory-bytes must be positive, got {kv_cache_memory_bytes}")
-    if model.full_attention_layers == 0 and model.linear_attention_layers == 0:
-        raise UserError("the model has no attention layers to size a KV cache for")
+    L = _checked_window(model, kv_cache_memory_bytes, max_model_len)
     mode = mamba_cache_mode(rules, enable_prefix_caching)
     block, raised, padding = _layout(model, rules)
     per_tok = model.attn_page_bytes_per_token
@@ -336,32 +331,16 @@ def plan_kv(
     tokens = int(concurrency * L)
     needed = bytes_per_block * per_request
     reserve = bytes_per_block if rules.reserve_null_block else 0
-    fits = kv_cache_memory_bytes - reserve >= needed
-    lines = []
-    if raised:
-        lines.append(
-            f"Setting attention block size to {block} tokens to ensure that attention page size is >= mamba page size."
-        )
-    if padding is not None:
-        lines.append(
-            f"Padding mamba page size by {padding:.2f}% to ensure that mamba page size and attention page size are exactly equal."
-        )
+    available = kv_cache_memory_bytes - reserve
+    fits = available >= needed
+    lines = _alignment_lines(block, raised, padding)
     estimated: int | None = None
     if fits:
-        lines.append(f"{rules.device_label} KV cache size: {tokens:,} tokens")
-        lines.append(f"Maximum concurrency for {L:,} tokens per request: {concurrency:.2f}x")
+        lines.append(W.KV_CACHE_SIZE.line(f" {tokens:,} tokens", before=f"{rules.device_label} "))
+        lines.append(W.MAX_CONCURRENCY.line(f" {L:,} tokens per request: {concurrency:.2f}x"))
     else:
-        estimated = _estimate_max_model_len(model, block, groups, bytes_per_block, kv_cache_memory_bytes - reserve, L)
-        hint = (
-            f" Based on the available memory, the estimated maximum model length is {estimated}."
-            if estimated > 0
-            else ""
-        )
-        lines.append(
-            f"To serve at least one request with the model's max seq len ({L}), ({round(needed / GiB, 2)} GiB KV "
-            f"cache is needed, which is larger than the available KV cache memory "
-            f"({round((kv_cache_memory_bytes - reserve) / GiB, 2)} GiB).{hint}"
-        )
+        estimated = _estimate_max_model_len(model, block, groups, bytes_per_block, available, L)
+        lines.append(_too_small_line(L, needed, available, estimated))
     return KvPlan(
         rules=rules.name,
         max_model_len=L,
@@ -385,6 +364,46 @@ def plan_kv(
         fits_one_request=fits,
         estimated_max_model_len=estimated,
         log_lines=lines,
+    )
+
+
+def _checked_window(model: KvModelSpec, kv_cache_memory_bytes: int, max_model_len: int | None) -> int:
+    """The window planned for (``max_model_len``, else the model's), refusing what vLLM cannot size."""
+    L = max_model_len or model.max_position_embeddings
+    if L <= 0:
+        raise UserError(f"--max-model-len must be positive, got {L}")
+    if kv_cache_memory_bytes <= 0:
+        raise UserError(f"--kv-cache-memory-bytes must be positive, got {kv_cache_memory_bytes}")
+    if model.full_attention_layers == 0 and model.linear_attention_layers == 0:
+        raise UserError("the model has no attention layers to size a KV cache for")
+    return L
+
+
+def _alignment_lines(block: int, raised: bool, padding: float | None) -> list[str]:
+    """vLLM's lines for the hybrid alignment: the raised attention block size, the padded mamba page."""
+    lines = []
+    if raised:
+        lines.append(
+            W.ATTENTION_BLOCK_SIZE.line(f" {block} tokens to ensure that attention page size is >= mamba page size.")
+        )
+    if padding is not None:
+        lines.append(
+            f"Padding mamba page size by {padding:.2f}% to ensure that mamba page size and attention page size are exactly equal."
+        )
+    return lines
+
+
+def _too_small_line(L: int, needed: int, available: int, estimated: int) -> str:
+    """vLLM's refusal when one request at ``L`` does not fit the pool, with its suggested window when one fits."""
+    hint = (
+        f" Based on the available memory, the estimated maximum model length is {estimated}."
+        if estimated > 0
+        else ""
+    )
+    return (
+        f"To serve at least one request with the model's max seq len ({L}), ({round(needed / GiB, 2)} GiB KV "
+        f"cache is needed, which is larger than the available KV cache memory "
+        f"({round(available / GiB, 2)} GiB).{hint}"
     )
 
 

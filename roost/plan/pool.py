@@ -66,12 +66,7 @@ from pydantic import BaseModel, Field
 from roost.checkpoint.config import ModelConfigInfo
 from roost.errors import UserError
 from roost.units import GiB, MiB
-
-GB10_CUDA_TOTAL_BYTES = 130_663_642_563
-"""Device memory CUDA reports on a DGX Spark (GB10): 121.69 GiB, as vLLM prints it (two decimals, so
-within 0.005 GiB). Source: public reports of ``torch.cuda.mem_get_info`` on GB10 through vLLM's
-startup check, e.g. MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks issue #47 ("free ... of 121.69 GiB";
-utilization 0.87 "wants 105.87 GiB" = ceil(0.87 x total)); 128 GB of LPDDR5X less what the OS keeps."""
+from roost.vllm import wordings as W
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 """vLLM 0.24.0's ``CacheConfig.gpu_memory_utilization`` default (``vllm/config/cache.py``)."""
@@ -152,7 +147,7 @@ class PoolTerm(BaseModel):
 
 
 class PoolPrediction(BaseModel):
-    """The KV pool vLLM will size (``Available KV cache memory``), with the terms it is made of."""
+    """The KV pool vLLM will size (its ``KV_POOL_GPU`` line, ``roost.vllm.wordings``), with the terms it is made of."""
 
     predicted_bytes: int
     low_bytes: int
@@ -169,7 +164,7 @@ class PoolPrediction(BaseModel):
     @property
     def log_line(self) -> str:
         """vLLM's line for the predicted figure (``format_gib``: GiB rounded to two decimals)."""
-        return f"Available KV cache memory: {round(self.predicted_bytes / GiB, 2)} GiB"
+        return W.KV_POOL_GPU.line(f" {round(self.predicted_bytes / GiB, 2)} GiB")
 
 
 def exact_pool(pool: int, exactness: str, source: str, *, refusal: str | None = None) -> PoolPrediction:
@@ -235,6 +230,13 @@ def _env_flag(env: Mapping[str, str] | None, name: str, default: str) -> bool:
         raise UserError(f"{name}={value!r} is not an integer (vLLM reads it with int())") from None
 
 
+_GPU_FORMULA = (
+    "vLLM 0.24.0 vllm/v1/worker/gpu_worker.py Worker.determine_available_memory: requested "
+    "(vllm/v1/worker/utils.py request_memory: ceil(total x utilization)) - weights - activation peak - "
+    "non-torch memory - CUDA-graph estimate"
+)
+
+
 def predict_pool(
     *,
     device_total_bytes: int,
@@ -258,11 +260,6 @@ def predict_pool(
     known (predicts the refusal); ``kv_cache_memory_bytes``: a pinned pool (exact, the rest ignored);
     ``env``: the server's environment (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``).
     """
-    formula = (
-        "vLLM 0.24.0 vllm/v1/worker/gpu_worker.py Worker.determine_available_memory: requested "
-        "(vllm/v1/worker/utils.py request_memory: ceil(total x utilization)) - weights - activation peak - "
-        "non-torch memory - CUDA-graph estimate"
-    )
     if kv_cache_memory_bytes is not None:
         return exact_pool(_positive_pin(kv_cache_memory_bytes), "Exact: determine_available_memory returns "
                           "--kv-cache-memory-bytes unchanged (gpu_memory_utilization is ignored).",
@@ -270,37 +267,21 @@ def predict_pool(
     if weight_bytes < 0:
         raise UserError(f"weight bytes must not be negative, got {weight_bytes}")
     requested = requested_bytes(device_total_bytes, gpu_memory_utilization)
-    large = device_total_bytes >= LARGE_DEVICE_BYTES
-    tokens = max_num_batched_tokens or (8192 if large else 2048)
-    seqs = max_num_seqs or (1024 if large else 256)
+    tokens, seqs = _batch_defaults(device_total_bytes)
     act = activation_peak(
         dims,
-        max_num_batched_tokens=tokens,
-        max_num_seqs=seqs,
+        max_num_batched_tokens=max_num_batched_tokens or tokens,
+        max_num_seqs=max_num_seqs or seqs,
         num_speculative_tokens=num_speculative_tokens,
         multimodal=multimodal,
     )
     lo, mid, hi = NON_TORCH_RANGE
     non_torch = PoolTerm(bytes=mid, low_bytes=lo, high_bytes=hi, basis=NON_TORCH_BASIS)
-    if enforce_eager or not _env_flag(env, "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"):
-        why = "--enforce-eager: no CUDA graphs" if enforce_eager else "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0"
-        graphs = PoolTerm(bytes=0, low_bytes=0, high_bytes=0, basis=f"not subtracted ({why})")
-    else:
-        lo, mid, hi = CUDA_GRAPH_RANGE
-        graphs = PoolTerm(bytes=mid, low_bytes=lo, high_bytes=hi, basis=CUDA_GRAPH_BASIS)
+    graphs = _cuda_graph_term(enforce_eager, env)
     base = requested - weight_bytes
     predicted = base - act.bytes - non_torch.bytes - graphs.bytes
     low = base - act.high_bytes - non_torch.high_bytes - graphs.high_bytes
     high = base - act.low_bytes - non_torch.low_bytes - graphs.low_bytes
-    refusal = None
-    if free_bytes is not None and free_bytes < requested:
-        refusal = (
-            f"Free memory on device cuda:0 ({round(free_bytes / GiB, 2)}/{round(device_total_bytes / GiB, 2)} GiB) on "
-            f"startup is less than desired GPU memory utilization ({gpu_memory_utilization}, "
-            f"{round(requested / GiB, 2)} GiB)."
-        )
-    elif high <= 0:
-        refusal = "No available memory for the cache blocks (weights and profile exceed the requested memory)."
     return PoolPrediction(
         predicted_bytes=max(predicted, 0),
         low_bytes=max(low, 0),
@@ -310,14 +291,45 @@ def predict_pool(
             f"CUDA-graph terms stated ranges; vLLM's figure expected within {round(low / GiB, 2)}-"
             f"{round(high / GiB, 2)} GiB."
         ),
-        source=formula,
+        source=_GPU_FORMULA,
         requested_bytes=requested,
         weights_bytes=weight_bytes,
         activation_peak=act,
         non_torch=non_torch,
         cuda_graphs=graphs,
-        refusal=refusal,
+        refusal=_gpu_refusal(free_bytes, device_total_bytes, gpu_memory_utilization, requested, high),
     )
+
+
+def _batch_defaults(device_total_bytes: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) an API server defaults to on this device (``LARGE_DEVICE_BYTES``)."""
+    large = device_total_bytes >= LARGE_DEVICE_BYTES
+    return (8192 if large else 2048), (1024 if large else 256)
+
+
+def _cuda_graph_term(enforce_eager: bool, env: Mapping[str, str] | None) -> PoolTerm:
+    """The CUDA-graph estimate vLLM subtracts: ``CUDA_GRAPH_RANGE``, or none with ``--enforce-eager`` or
+    ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0``."""
+    if enforce_eager or not _env_flag(env, "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"):
+        why = "--enforce-eager: no CUDA graphs" if enforce_eager else "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0"
+        return PoolTerm(bytes=0, low_bytes=0, high_bytes=0, basis=f"not subtracted ({why})")
+    lo, mid, hi = CUDA_GRAPH_RANGE
+    return PoolTerm(bytes=mid, low_bytes=lo, high_bytes=hi, basis=CUDA_GRAPH_BASIS)
+
+
+def _gpu_refusal(free_bytes: int | None, device_total_bytes: int, gpu_memory_utilization: float, requested: int,
+                 high: int) -> str | None:
+    """vLLM's start-up refusal, when predicted: less free memory than requested (``request_memory``), or
+    no room for the cache even at the high end of the range."""
+    if free_bytes is not None and free_bytes < requested:
+        return (
+            f"Free memory on device cuda:0 ({round(free_bytes / GiB, 2)}/{round(device_total_bytes / GiB, 2)} GiB) on "
+            f"startup is less than desired GPU memory utilization ({gpu_memory_utilization}, "
+            f"{round(requested / GiB, 2)} GiB)."
+        )
+    if high <= 0:
+        return "No available memory for the cache blocks (weights and profile exceed the requested memory)."
+    return None
 
 
 def predict_cpu_pool(

@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
 from roost.errors import StageFailed
 from roost.hosts import HostProfile
-from roost.plan.args import derive_vllm_args, kv_cache_dtype_for, parse_overrides, serve_kv_model
+from roost.plan.args import (
+    VllmOverrides,
+    derive_vllm_args,
+    kv_cache_dtype_for,
+    parse_overrides,
+    serve_kv_model,
+)
 from roost.plan.fit import FitCheck, fit_check
 from roost.plan.inputs import PlanInputs, ServingSettings
 from roost.plan.kv import (
+    KvModelSpec,
     KvPlan,
+    KvRules,
     effective_pool,
     kv_model_from_config,
     plan_kv,
@@ -37,6 +45,7 @@ from roost.plan.pool import (
 )
 from roost.plan.report import AuditReport, without_unset_source
 from roost.units import format_memory
+from roost.vllm import wordings as W
 
 
 class PlanReport(BaseModel):
@@ -102,7 +111,8 @@ class PlanReport(BaseModel):
                f"{self.pool.exactness}"] if self.pool.low_bytes != self.pool.high_bytes else []),
             f"  block size {self.block_size}, {self.kv.num_blocks:,} blocks of {self.kv.bytes_per_block:,} bytes, "
             f"{self.kv.blocks_per_request} per request, {len(self.kv.groups)} group(s)",
-            f"  KV cache size: {self.kv_cache_tokens:,} tokens; max concurrency {self.max_concurrency:.2f}x",
+            W.KV_CACHE_SIZE.line(f" {self.kv_cache_tokens:,} tokens; max concurrency {self.max_concurrency:.2f}x",
+                                 before="  "),
             f"  one full request needs a pool of {self.min_kv_cache_bytes:,} bytes ({format_memory(self.min_kv_cache_bytes)}): "
             + ("fits" if self.fits_one_request else "DOES NOT FIT"),
             f"  host: weights {format_memory(self.fit.weight_bytes)} + pool {format_memory(self.fit.kv_cache_memory_bytes)} + "
@@ -165,60 +175,25 @@ def plan_checkpoint(
     ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB) replaces ``--kv-cache-memory-bytes``, and the plan uses
     what vLLM will.
     """
-    cfg = audit.config
     ov = parse_overrides(list(inputs.vllm_overrides))
     rules = rules_for_host(host)
     if ov.block_size is not None:
         rules = rules.model_copy(update={"default_block_size": ov.block_size})
     prefix = next((p for p in (ov.enable_prefix_caching, inputs.enable_prefix_caching) if p is not None), None)
-    L = ov.max_model_len or inputs.max_model_len or cfg.max_position_embeddings
-    base = serve_kv_model(cfg, rules, mtp_tensor_count=audit.mtp_tensor_count)
-    kv_model = kv_model_from_config(
-        cfg,
-        rules,
-        dtype=ov.dtype if ov.dtype not in (None, "auto") else None,
-        kv_cache_dtype=ov.kv_cache_dtype or kv_cache_dtype_for(cfg),
-        num_speculative_tokens=base.num_speculative_tokens,
-    )
+    L = ov.max_model_len or inputs.max_model_len or audit.config.max_position_embeddings
+    kv_model = _served_kv_model(audit, rules, ov)
     min_pool = pool_for_concurrency(kv_model, rules, 1.0, L, enable_prefix_caching=prefix)
-    requested = ov.kv_cache_memory_bytes or inputs.kv_cache_memory_bytes
-    utilization = (ov.gpu_memory_utilization or inputs.gpu_memory_utilization) if requested is None else None
-    if utilization is not None:
-        prediction = _utilization_pool(
-            host, utilization, audit, env=env, num_speculative_tokens=kv_model.num_speculative_tokens,
-            max_num_seqs=ov.max_num_seqs or inputs.max_num_seqs, enforce_eager=bool(ov.enforce_eager),
-            max_num_batched_tokens=ov.max_num_batched_tokens or inputs.max_num_batched_tokens)
-        requested = prediction.predicted_bytes
-    elif requested is None:
-        requested = pool_for_concurrency(kv_model, rules, inputs.target_concurrency, L, enable_prefix_caching=prefix)
-    pool = effective_pool(rules, requested, env)
-    if utilization is None:
-        prediction = _pinned_pool(pool, rules.pool_env if pool != requested else None)
-    kv = plan_kv(kv_model, rules, pool, L, enable_prefix_caching=prefix)
-    args = derive_vllm_args(
-        cfg,
-        rules,
-        visual_tensor_count=audit.visual_tensor_count,
-        mtp_tensor_count=audit.mtp_tensor_count,
-        served_model_name=inputs.served_model_name or audit.served_model_name,
-        max_model_len=L,
-        kv_cache_memory_bytes=max(requested, min_pool),
-        max_num_seqs=inputs.max_num_seqs,
-        max_num_batched_tokens=inputs.max_num_batched_tokens,
-        serving=ServingSettings.model_validate(inputs.model_dump(include=set(ServingSettings.model_fields))
-                                               | {"gpu_memory_utilization": utilization}),
-    )
-    # The pool asked for stays in the args even when it is too small (derived at the minimum to pass
-    # its own check): the plan reports the refusal.
-    argv = [*args.model_copy(update={"kv_cache_memory_bytes": requested}).to_argv(), *inputs.vllm_overrides]
-    fit = fit_check(audit.load_weight_bytes, pool, host)
+    sizing = _size_pool(audit, host, inputs, ov, env, rules=rules, kv_model=kv_model, max_model_len=L, prefix=prefix)
+    kv = plan_kv(kv_model, rules, sizing.pool, L, enable_prefix_caching=prefix)
+    argv = _server_argv(audit, inputs, rules, max_model_len=L, sizing=sizing, min_pool=min_pool)
+    fit = fit_check(audit.load_weight_bytes, sizing.pool, host)
     return PlanReport(
         path=audit.path,
         host=host.name,
         rules=rules.name,
         architecture=audit.architecture,
         max_model_len=kv.max_model_len,
-        kv_cache_memory_bytes=pool,
+        kv_cache_memory_bytes=sizing.pool,
         block_size=kv.block_size,
         kv_cache_tokens=kv.kv_cache_tokens,
         max_concurrency=kv.max_concurrency,
@@ -232,11 +207,81 @@ def plan_checkpoint(
         kv=kv,
         fit=fit,
         vllm_args=argv,
-        # a GPU sizes a utilization pool itself and says so first: "Available KV cache memory: X GiB"
-        predicted_log_lines=[prediction.log_line, *kv.log_lines] if utilization and host.device_memory_bytes else kv.log_lines,
-        gpu_memory_utilization=utilization,
-        pool=prediction,
+        # a GPU sizes a utilization pool itself and says so first (vLLM's KV_POOL_GPU line, roost.vllm.wordings)
+        predicted_log_lines=([sizing.prediction.log_line, *kv.log_lines] if sizing.utilization and host.device_memory_bytes
+                             else kv.log_lines),
+        gpu_memory_utilization=sizing.utilization,
+        pool=sizing.prediction,
         repo_id=audit.repo_id,
         commit=audit.commit,
         bytes_fetched=audit.bytes_fetched,
     )
+
+
+def _served_kv_model(audit: AuditReport, rules: KvRules, ov: VllmOverrides) -> KvModelSpec:
+    """The KV spec of the model as served: the derived arguments' speculative tokens, the overrides'
+    ``--dtype`` / ``--kv-cache-dtype`` (else the checkpoint's)."""
+    cfg = audit.config
+    base = serve_kv_model(cfg, rules, mtp_tensor_count=audit.mtp_tensor_count)
+    return kv_model_from_config(
+        cfg,
+        rules,
+        dtype=ov.dtype if ov.dtype not in (None, "auto") else None,
+        kv_cache_dtype=ov.kv_cache_dtype or kv_cache_dtype_for(cfg),
+        num_speculative_tokens=base.num_speculative_tokens,
+    )
+
+
+class _PoolSizing(NamedTuple):
+    """How the plan's pool was chosen."""
+
+    requested: int
+    """The pool asked for: pinned, predicted from the utilization, or the smallest for the target concurrency."""
+    pool: int
+    """The pool vLLM will use (on the CPU backend ``VLLM_CPU_KVCACHE_SPACE`` replaces ``requested``)."""
+    utilization: float | None
+    """The ``--gpu-memory-utilization`` vLLM sizes the pool from (None: the pool is pinned)."""
+    prediction: PoolPrediction
+
+
+def _size_pool(audit: AuditReport, host: HostProfile, inputs: PlanInputs, ov: VllmOverrides,
+               env: Mapping[str, str] | None, *, rules: KvRules, kv_model: KvModelSpec, max_model_len: int,
+               prefix: bool | None) -> _PoolSizing:
+    """The pool: a pinned one as given; else one vLLM sizes from the utilization; else the smallest
+    reaching ``inputs.target_concurrency`` full-length requests (pinned in the arguments)."""
+    requested = ov.kv_cache_memory_bytes or inputs.kv_cache_memory_bytes
+    utilization = (ov.gpu_memory_utilization or inputs.gpu_memory_utilization) if requested is None else None
+    if utilization is not None:
+        prediction = _utilization_pool(
+            host, utilization, audit, env=env, num_speculative_tokens=kv_model.num_speculative_tokens,
+            max_num_seqs=ov.max_num_seqs or inputs.max_num_seqs, enforce_eager=bool(ov.enforce_eager),
+            max_num_batched_tokens=ov.max_num_batched_tokens or inputs.max_num_batched_tokens)
+        requested = prediction.predicted_bytes
+    elif requested is None:
+        requested = pool_for_concurrency(kv_model, rules, inputs.target_concurrency, max_model_len,
+                                         enable_prefix_caching=prefix)
+    pool = effective_pool(rules, requested, env)
+    if utilization is None:
+        prediction = _pinned_pool(pool, rules.pool_env if pool != requested else None)
+    return _PoolSizing(requested, pool, utilization, prediction)
+
+
+def _server_argv(audit: AuditReport, inputs: PlanInputs, rules: KvRules, *, max_model_len: int,
+                 sizing: _PoolSizing, min_pool: int) -> list[str]:
+    """The whole argument list a server gets: derived, the profile's settings, then the overrides."""
+    args = derive_vllm_args(
+        audit.config,
+        rules,
+        visual_tensor_count=audit.visual_tensor_count,
+        mtp_tensor_count=audit.mtp_tensor_count,
+        served_model_name=inputs.served_model_name or audit.served_model_name,
+        max_model_len=max_model_len,
+        kv_cache_memory_bytes=max(sizing.requested, min_pool),
+        max_num_seqs=inputs.max_num_seqs,
+        max_num_batched_tokens=inputs.max_num_batched_tokens,
+        serving=ServingSettings.model_validate(inputs.model_dump(include=set(ServingSettings.model_fields))
+                                               | {"gpu_memory_utilization": sizing.utilization}),
+    )
+    # The pool asked for stays in the args even when it is too small (derived at the minimum to pass
+    # its own check): the plan reports the refusal.
+    return [*args.model_copy(update={"kv_cache_memory_bytes": sizing.requested}).to_argv(), *inputs.vllm_overrides]

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roost import catalogue as C
-from roost.catalogue import KNEE_FRACTION, fmt_value
-from roost.headline import concurrency_points, headline, knee_of, max_num_seqs, prompt_points
+from roost.bench.knee import knee_of
+from roost.catalogue import KNEE_FRACTION
+from roost.headline import concurrency_points, headline, max_num_seqs, prompt_points
 from roost.records import Distribution, RunRecord
 from roost.regress import RegressionReport, key_of
 from roost.store.atomic import atomic_write_bytes
@@ -92,25 +93,25 @@ def decode_vs_prompt(record: RunRecord, path: Path) -> Path | None:
     lo, hi = _error_bars(ys, [p.decode_tok_s for p in pts])
     fig = _figure()
     ax = fig.add_subplot()
-    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=BLUE, capsize=4, lw=2, ms=7, label="decode tok/s (median, min–max)")
+    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=BLUE, capsize=4, lw=2, ms=7, label=C.DECODE_MEDIAN.legend("min–max"))
     ceiling = record.decode_ceiling_tok_s
     top = max(ys + [y + h for y, h in zip(ys, hi, strict=True)])
     if ceiling is not None and ceiling <= OFF_SCALE * top:
-        ax.axhline(ceiling, color=RED, ls="--", lw=1.8, label=f"roofline ceiling {fmt_value(ceiling, 'tok/s')}")
+        ax.axhline(ceiling, color=RED, ls="--", lw=1.8, label=f"{C.DECODE_CEILING.label} {C.DECODE_CEILING.format(ceiling)}")
         top = max(top, ceiling)
     elif ceiling is not None:
         ax.text(
-            0.99, 0.97, f"roofline ceiling {fmt_value(ceiling, 'tok/s')} (off scale ↑)",
+            0.99, 0.97, f"{C.DECODE_CEILING.label} {C.DECODE_CEILING.format(ceiling)} (off scale ↑)",
             transform=ax.transAxes, ha="right", va="top", color=RED, fontsize=10,
         )
     for x, y in zip(xs, ys, strict=True):
-        label = fmt_value(y)
+        label = C.DECODE_MEDIAN.cell(y)
         if ceiling:
-            label += f"\n{100 * y / ceiling:.0f}%"
+            label += f"\n{C.PCT_OF_CEILING.cell(100 * y / ceiling)}"
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(0, 9), ha="center", fontsize=9)
     ax.set_ylim(0, top * 1.22)
     _prompt_axis(ax, xs)
-    ax.set_ylabel("decode tok/s (single stream)")
+    ax.set_ylabel(f"{C.DECODE.label} (single stream)")
     ax.set_title(f"Decode rate vs prompt length — {record.meta.profile} on {record.meta.host}")
     ax.legend(loc="lower left")
     return _save(fig, path)
@@ -125,12 +126,12 @@ def ttft_vs_prompt(record: RunRecord, path: Path) -> Path | None:
     ys = [float(p.ttft_s.median or 0.0) for p in pts]
     fig = _figure()
     ax = fig.add_subplot()
-    ax.plot(xs, ys, "o-", color=ORANGE, lw=2, ms=7, label="TTFT median")
+    ax.plot(xs, ys, "o-", color=ORANGE, lw=2, ms=7, label=C.TTFT_MEDIAN.legend())
     p90 = [(p.prompt_tokens, p.ttft_s.p90) for p in pts if p.ttft_s.p90 is not None and p.ttft_s.p90 > 0]
     if p90:
-        ax.plot([x for x, _ in p90], [float(y or 0) for _, y in p90], "s:", color=GREY, ms=5, label="TTFT p90")
+        ax.plot([x for x, _ in p90], [float(y or 0) for _, y in p90], "s:", color=GREY, ms=5, label=C.TTFT_P90.legend())
     for x, y in zip(xs, ys, strict=True):
-        ax.annotate(f"{fmt_value(y)} s", (x, y), textcoords="offset points", xytext=(0, 9), ha="center", fontsize=9)
+        ax.annotate(C.TTFT.format(y), (x, y), textcoords="offset points", xytext=(0, 9), ha="center", fontsize=9)
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_yscale("log")
@@ -140,16 +141,16 @@ def ttft_vs_prompt(record: RunRecord, path: Path) -> Path | None:
     lo, hi = min(ys), max(ys + [float(y or 0) for _, y in p90])
     ax.set_ylim(lo / 2, hi * 2.5)
     _prompt_axis(ax, xs)
-    ax.set_ylabel("time to first token (s, log scale)")
+    ax.set_ylabel(f"{C.TTFT.label} ({C.TTFT.unit}, log scale)")
     ax.set_title(f"TTFT vs prompt length — {record.meta.profile} on {record.meta.host}")
     ax.legend(loc="upper left")
     return _save(fig, path)
 
 
-def _label_points(ax: Axes, xs: Sequence[float], ys: Sequence[float], dy: int) -> None:
-    """Each point's value printed ``dy`` points above it."""
+def _label_points(ax: Axes, xs: Sequence[float], ys: Sequence[float], dy: int, column: C.Column) -> None:
+    """Each point's value printed ``dy`` points above it, as the column's table prints it."""
     for x, y in zip(xs, ys, strict=True):
-        ax.annotate(fmt_value(y), (x, y), textcoords="offset points", xytext=(0, dy), ha="center", fontsize=9)
+        ax.annotate(column.cell(y), (x, y), textcoords="offset points", xytext=(0, dy), ha="center", fontsize=9)
 
 
 def prefill_vs_prompt(record: RunRecord, path: Path) -> Path | None:
@@ -169,11 +170,11 @@ def prefill_figure(record: RunRecord) -> Figure | None:
     fig = _figure()
     ax = fig.add_subplot()
     ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=GREEN, capsize=4, lw=2, ms=7,
-                label=f"{C.PREFILL.label} (median, min–max)")
-    _label_points(ax, xs, ys, 9)
+                label=C.PREFILL_MEDIAN.legend("min–max"))
+    _label_points(ax, xs, ys, 9, C.PREFILL_MEDIAN)
     peak = max(range(len(ys)), key=lambda i: ys[i])
     ax.plot([xs[peak]], [ys[peak]], marker="D", color=RED, ms=8, ls="none",
-            label=f"fastest: {fmt_value(ys[peak], C.PREFILL.unit)} at a {xs[peak]:,}-token prompt")
+            label=f"fastest: {C.PREFILL.format(ys[peak])} at a {xs[peak]:,}-token prompt")
     ax.set_ylim(0, max(y + h for y, h in zip(ys, hi, strict=True)) * 1.22 or 1)
     _prompt_axis(ax, xs)
     ax.set_ylabel(f"{C.PREFILL.label} (prompt tokens / TTFT)")
@@ -199,12 +200,12 @@ def throughput_figure(record: RunRecord) -> Figure | None:
     ys = [float(p.output_tok_s.median or 0.0) for p in pts]
     fig = _figure()
     ax = fig.add_subplot()
-    ax.plot(xs, ys, "o-", color=BLUE, lw=2, ms=7, label="aggregate output tok/s")
-    _label_points(ax, xs, ys, 10)
+    ax.plot(xs, ys, "o-", color=BLUE, lw=2, ms=7, label=C.OUTPUT_THROUGHPUT.label)
+    _label_points(ax, xs, ys, 10, C.OUTPUT_MEDIAN)
     knee = knee_of(pts)
     if knee is not None:
         ax.axhline(KNEE_FRACTION * knee.peak_output_tok_s, color=GREY, ls=":", lw=1,
-                   label=f"{KNEE_FRACTION:.0%} of peak ({fmt_value(KNEE_FRACTION * knee.peak_output_tok_s, 'tok/s')})")
+                   label=f"{KNEE_FRACTION:.0%} of peak ({C.OUTPUT_THROUGHPUT.format(KNEE_FRACTION * knee.peak_output_tok_s)})")
         ax.axvline(knee.concurrency, color=GREEN, ls="--", lw=1.5)
         ax.plot([knee.concurrency], [knee.output_tok_s], marker="*", color=GREEN, ms=18, ls="none",
                 label=f"knee: {knee.concurrency} concurrent")
@@ -212,14 +213,14 @@ def throughput_figure(record: RunRecord) -> Figure | None:
                 fontweight="bold", ha="right", va="bottom")
     if knee is not None and knee.peak_concurrency != knee.concurrency:
         ax.plot([knee.peak_concurrency], [knee.peak_output_tok_s], marker="D", color=RED, ms=8, ls="none",
-                label=f"peak: {fmt_value(knee.peak_output_tok_s, 'tok/s')} @ {knee.peak_concurrency}")
+                label=f"peak: {C.PEAK_OUTPUT.format(knee.peak_output_tok_s)} @ {knee.peak_concurrency}")
     waited = [(x, y, p) for p, x, y in zip(pts, xs, ys, strict=True) if p.queued(C.QUEUED_S)]
     if waited:
         ax.plot([x for x, _, _ in waited], [y for _, y, _ in waited], marker="o", ms=15, mfc="none", mec=ORANGE,
                 mew=2.2, ls="none", label="requests queued for a running slot")
         for x, y, p in waited:
             text = (f"queued {C.QUEUE_TIME.format(p.queue_time_s)}" if p.queue_time_s is not None
-                    else f"{fmt_value(p.peak_waiting)} waiting")
+                    else f"{C.Column(metric=C.PEAK_WAITING).cell(p.peak_waiting)} waiting")
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(0, -18), ha="center", fontsize=8,
                         color=ORANGE)
     cap = max_num_seqs(record)
@@ -235,7 +236,7 @@ def throughput_figure(record: RunRecord) -> Figure | None:
     ax.set_ylim(0, max(ys) * 1.2)
     ax.set_xlim(0 if min(xs) <= 1 and ax.get_xscale() == "linear" else None)
     ax.set_xlabel("concurrent requests")
-    ax.set_ylabel("aggregate output tok/s")
+    ax.set_ylabel(C.OUTPUT_THROUGHPUT.label)
     ax.set_title(f"Throughput vs concurrency — {record.meta.profile} on {record.meta.host}")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left")
@@ -330,7 +331,7 @@ def history(
     title = metric.label
     cmp = comparison.get(metric.name) if comparison else None
     if cmp is not None and cmp.baseline is not None and cmp.threshold is not None:
-        ax.axhline(cmp.baseline, color=GREEN, ls="--", lw=1.2, label=f"baseline {fmt_value(cmp.baseline, unit)}")
+        ax.axhline(cmp.baseline, color=GREEN, ls="--", lw=1.2, label=f"baseline {base.format(cmp.baseline)}")
         ax.axhspan(cmp.baseline - cmp.threshold, cmp.baseline + cmp.threshold, color=GREEN, alpha=0.08,
                    label="within threshold")
     cur = next(((i, v) for i, v, r in points if r.meta.run_id == record.meta.run_id), None)
@@ -339,7 +340,7 @@ def history(
         color = {"regressed": RED, "improved": GREEN}.get(verdict, BLUE)
         ax.plot([cur[0]], [cur[1]], marker="o", ms=12, mfc="none", mec=color, mew=2.2, ls="none",
                 label=f"this run ({verdict if verdict != 'new' else 'baseline established' if comparison and comparison.first_run else 'new'})")
-        ax.annotate(fmt_value(cur[1], unit), cur, textcoords="offset points", xytext=(0, 12), ha="center", fontsize=9,
+        ax.annotate(base.format(cur[1]), cur, textcoords="offset points", xytext=(0, 12), ha="center", fontsize=9,
                     color=color)
     ticks = sorted({i for i, _, _ in points} | set(failed))
     ax.set_xticks(ticks, [all_runs[i].meta.started_at.strftime("%m-%d\n%H:%M") for i in ticks], fontsize=8)
@@ -361,7 +362,7 @@ def accuracy(record: RunRecord, index: int, path: Path) -> Path | None:
     """One evaluation's accuracy per category as grouped bars: this run, the baseline run it was paired
     with, and the other models the profile compares with; the whole sample first, with each series'
     95 % Wilson interval. None when the evaluation has no score."""
-    from roost.eval.tasks import TASKS
+    from roost.eval.suites import TASKS
 
     e = record.evals[index]
     if e.summary.accuracy is None:
@@ -387,12 +388,12 @@ def accuracy(record: RunRecord, index: int, path: Path) -> Path | None:
         if acc is not None and low is not None and high is not None:
             ax.errorbar([100 * acc], [ys[0]], xerr=[[100 * (acc - low)], [100 * (high - acc)]], fmt="none",
                         ecolor="black", capsize=4, lw=1.2)
-        ax.text(vals[0] + 1, ys[0], f"{vals[0]:.1f}%", va="center", fontsize=8)
+        ax.text(vals[0] + 1, ys[0], C.ACCURACY.format(vals[0]), va="center", fontsize=8)
     ax.set_yticks([g + 0.4 - height / 2 for g in range(len(groups))])
     ax.set_yticklabels(groups)
     ax.invert_yaxis()
     ax.set_xlim(0, 105)
-    ax.set_xlabel("accuracy (%); the whole sample with its 95% Wilson interval")
+    ax.set_xlabel(f"{C.ACCURACY.label} ({C.ACCURACY.unit}); the whole sample with its {C.ACCURACY_CI.label} (Wilson)")
     title = TASKS[e.task].title if e.task in TASKS else e.task
     ax.set_title(f"{title} accuracy — {record.meta.profile} on {record.meta.host} ({e.summary.n:,} questions)")
     ax.grid(True, axis="x", alpha=0.3)

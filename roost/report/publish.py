@@ -9,16 +9,16 @@ else none (the artifacts then say how to enable it). No Prefect and no I/O here.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
-from roost.errors import UserError
+from roost.locations import validate_results_url
+from roost.settings import ROOST_RESULTS_URL, environment
 
-RESULTS_URL_ENV = "ROOST_RESULTS_URL"
+RESULTS_URL_ENV = ROOST_RESULTS_URL
 """Environment variable holding the results URL on the worker (overrides the host profile's)."""
 
 ENABLE_HINT = (
@@ -28,36 +28,9 @@ ENABLE_HINT = (
 """How to get charts and a report link that open in the Prefect UI, for artifacts made without a URL."""
 
 
-def validate_results_url(url: str, field: str) -> str:
-    """``url`` as a base URL ending in ``/``, or ``""`` when empty.
-
-    An ``http``/``https`` URL with a host and no user name, password, query or fragment; anything
-    else is a UserError naming ``field``. The value is not echoed when it carries credentials.
-    """
-    url = url.strip()
-    if not url:
-        return ""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
-    except ValueError as exc:
-        raise UserError(f"{field}: not a valid URL ({exc}); expected e.g. http://worker.tailnet:8765/") from None
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise UserError(f"{field}: must not contain a user name or password; give http(s)://host:port/ only")
-    if parts.scheme not in ("http", "https"):
-        raise UserError(f"{field} {url!r}: must be an http:// or https:// URL, e.g. http://worker.tailnet:8765/")
-    if not parts.hostname:
-        raise UserError(f"{field} {url!r}: has no host name, e.g. http://worker.tailnet:8765/")
-    if parts.query or parts.fragment:
-        raise UserError(f"{field} {url!r}: must not have a query or fragment")
-    path = parts.path if parts.path.endswith("/") else parts.path + "/"
-    return f"{parts.scheme}://{parts.netloc}{path}"
-
-
 def results_url(host_results_url: str = "", env: Mapping[str, str] | None = None) -> str:
     """The results URL in effect: ``ROOST_RESULTS_URL`` if set, else the host profile's, else ``""``."""
-    environ = os.environ if env is None else env
-    from_env = environ.get(RESULTS_URL_ENV, "").strip()
+    from_env = (environment(env).roost_results_url or "").strip()
     if from_env:
         return validate_results_url(from_env, RESULTS_URL_ENV)
     return validate_results_url(host_results_url, "results_url")

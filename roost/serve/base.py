@@ -41,6 +41,7 @@ from roost.serve.diagnose import Diagnosis
 from roost.serve.occupancy import Occupant, mem_available_bytes
 from roost.serve.occupancy import RestartPolicy as RestartPolicy  # re-exported: the serving API names it
 from roost.serve.phases import StartupPhases
+from roost.vllm.argv import VllmArgv
 from roost.vllm.flags import carries_secret
 
 BackendName = Literal["process", "docker"]
@@ -101,7 +102,7 @@ class ServeSpec(BaseModel):
         """``--served-model-name`` (unless the plan's args already name it: they must agree) and ``vllm_args``."""
         args = list(self.vllm_args)
         check_vllm_args(args)
-        named = [args[i + 1] if i + 1 < len(args) else "" for i, a in enumerate(args) if a == "--served-model-name"]
+        named = VllmArgv(args).values("--served-model-name")
         for other in named:
             if other != self.served_model_name:
                 raise UserError(

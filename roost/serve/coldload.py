@@ -28,6 +28,7 @@ from roost.serve.health import HealthTimeout
 from roost.serve.phases import StartupPhases
 from roost.serve.policy import MAX_ATTEMPTS, decide
 from roost.serve.vllm_log import VllmLogFacts, parse_vllm_log
+from roost.vllm.argv import VllmArgv
 
 KV_POOL_FLAG = "--kv-cache-memory-bytes"
 
@@ -57,23 +58,28 @@ class ColdLoadFailed(StageFailed):
 
 
 def with_kv_pool(args: list[str], pool_bytes: int) -> list[str]:
-    """``args`` with ``--kv-cache-memory-bytes`` set to ``pool_bytes`` (any earlier value removed)."""
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-        elif a == KV_POOL_FLAG:
-            skip = True
-        elif not a.startswith(f"{KV_POOL_FLAG}="):
-            out.append(a)
-    return [*out, KV_POOL_FLAG, str(pool_bytes)]
+    """``args`` with ``--kv-cache-memory-bytes`` set to ``pool_bytes`` last (any earlier value, in any
+    spelling vLLM reads, removed)."""
+    return [*VllmArgv(args).remove(KV_POOL_FLAG), KV_POOL_FLAG, str(pool_bytes)]
 
 
 def _diagnosis(exc: StageFailed, server: Server | None) -> Diagnosis | None:
     if server is None:  # the backend refused to start it (e.g. Docker could not publish the port)
         return exc.diagnosis if isinstance(exc, StartFailed) else None
     return server.diagnose(timed_out=isinstance(exc, HealthTimeout))
+
+
+def _failed_attempt(attempt: int, t0: float, spec: ServeSpec, action: str, diag: Diagnosis | None,
+                    exc: StageFailed) -> StartAttempt:
+    """The record of a failed attempt started at ``t0``: the diagnosis's class, remediation and evidence,
+    or, unclassified, the error's text as the evidence; ``action`` is what the policy decided next."""
+    entry = StartAttempt(attempt=attempt, ok=False, seconds=round(time.perf_counter() - t0, 2),
+                         port=spec.port, vllm_args=list(spec.vllm_args), action=action)
+    if diag is None:
+        entry.evidence = str(exc)
+        return entry
+    return entry.model_copy(update={"failure_class": diag.failure_class, "retryable": diag.retryable,
+                                    "remediation": diag.remediation, "evidence": diag.evidence})
 
 
 def cold_load(
@@ -117,15 +123,7 @@ def cold_load(
                     server.stop()
             decision = decide(diag, attempt, pool_raised=pool_raised, cache_cleared=cache_cleared,
                               max_attempts=max_attempts, fixed_port=spec.fixed_port)
-            entry = StartAttempt(attempt=attempt, ok=False, seconds=round(time.perf_counter() - t0, 2),
-                                 port=spec.port, vllm_args=list(spec.vllm_args), action=decision.action)
-            if diag is not None:
-                entry = entry.model_copy(update={
-                    "failure_class": diag.failure_class, "retryable": diag.retryable,
-                    "remediation": diag.remediation, "evidence": diag.evidence})
-            else:
-                entry.evidence = str(exc)
-            record(entry)
+            record(_failed_attempt(attempt, t0, spec, decision.action, diag, exc))
             log(f"cold load attempt {attempt} failed: "
                 + (f"{diag.failure_class}: {diag.evidence}" if diag is not None else str(exc)))
             if diag is None:

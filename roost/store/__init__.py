@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,11 +54,12 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from roost.errors import UserError
-from roost.notify import NotifyResult
-from roost.records import RunMeta, RunRecord
+from roost.records import NotifyResult, RunMeta, RunRecord
+from roost.settings import environment
 from roost.store import catalog
 from roost.store.atomic import AlreadyStored, atomic_write_bytes, atomic_write_text
 from roost.store.catalog import ReadStats
+from roost.store.credentials import StoreCredentials
 from roost.store.layout import (
     TABLES,
     comparable_key_id,
@@ -68,7 +68,7 @@ from roost.store.layout import (
     report_dir,
     slug,
 )
-from roost.store.location import STORE_ENV, StoreCredentials, open_store
+from roost.store.location import open_store
 from roost.store.objects import LocalStore, MissingObject, ObjectStore, StoreError, StoreUnreachable
 from roost.store.schema import (
     EVAL_ANSWERS_SCHEMA,
@@ -154,7 +154,7 @@ def current_store() -> ObjectStore:
     found = _CURRENT.get()
     if found is not None:
         return found
-    url = os.environ.get(STORE_ENV, "")
+    url = environment().roost_results_store or ""
     return open_store(url or None, StoreCredentials.from_env() if url else None)
 
 

@@ -17,81 +17,22 @@ the credentials block, else from the standard environment (``AWS_ACCESS_KEY_ID``
 
 from __future__ import annotations
 
-import os
 import urllib.parse
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, Field, SecretStr
 
 from roost.errors import UserError
-from roost.settings import results_dir
+from roost.locations import StoreLocation, parse_store_location
+from roost.settings import ROOST_RESULTS_STORE, ROOST_RESULTS_STORE_CREDENTIALS, results_dir
+from roost.store.credentials import StoreCredentials
 from roost.store.objects import LocalStore, ObjectStore
 
-STORE_ENV = "ROOST_RESULTS_STORE"
-CREDENTIALS_ENV = "ROOST_RESULTS_STORE_CREDENTIALS"
-
-
-class StoreCredentials(BaseModel):
-    """How to reach an S3-compatible store (the fields of the Roost Store Credentials block)."""
-
-    access_key_id: str = ""
-    secret_access_key: SecretStr = SecretStr("")
-    session_token: SecretStr | None = None
-    endpoint_url: str = Field(default="", description="S3-compatible endpoint (MinIO, R2, Ceph...); empty: AWS.")
-    region: str = ""
-    allow_http: bool = Field(default=False, description="Allow a plain-HTTP endpoint (a store on a private network).")
-
-    @classmethod
-    def from_env(cls) -> StoreCredentials | None:
-        """The standard AWS variables, when any is set."""
-        env = os.environ
-        key, secret = env.get("AWS_ACCESS_KEY_ID", ""), env.get("AWS_SECRET_ACCESS_KEY", "")
-        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL", "")
-        if not (key or secret or endpoint):
-            return None
-        token = env.get("AWS_SESSION_TOKEN")
-        return cls(access_key_id=key, secret_access_key=SecretStr(secret),
-                   session_token=SecretStr(token) if token else None, endpoint_url=endpoint,
-                   region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION", ""),
-                   allow_http=endpoint.startswith("http://"))
-
-
-class StoreLocation(BaseModel):
-    """A parsed store URL."""
-
-    kind: Literal["dir", "s3"]
-    path: Path | None = None
-    bucket: str = ""
-    prefix: str = ""
+STORE_ENV = ROOST_RESULTS_STORE
+CREDENTIALS_ENV = ROOST_RESULTS_STORE_CREDENTIALS
 
 
 def parse_store_url(url: str, field: str = STORE_ENV) -> StoreLocation:
-    """``url`` as a store location; a UserError naming ``field`` when it cannot be one."""
-    text = url.strip()
-    if not text:
-        raise UserError(f"{field} is empty: give a directory or s3://BUCKET/PREFIX")
-    if "://" not in text:
-        return StoreLocation(kind="dir", path=Path(text).expanduser().resolve())
-    parts = urllib.parse.urlsplit(text)
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise UserError(f"{field}: credentials never go in the store URL; save them in a Roost Store Credentials "
-                        "block (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and give the URL without them")
-    if parts.query or parts.fragment:
-        raise UserError(f"{field}: a store URL takes no query or fragment (s3://BUCKET/PREFIX)")
-    if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise UserError(f"{field}: file URLs name a local path (file:///PATH), not host {parts.netloc!r}")
-        return StoreLocation(kind="dir", path=Path(urllib.parse.unquote(parts.path)).resolve())
-    if parts.scheme == "s3":
-        bucket = parts.netloc
-        if not bucket or not all(c.isalnum() or c in "-._" for c in bucket):
-            raise UserError(f"{field}: {bucket!r} is not a bucket name (s3://BUCKET/PREFIX)")
-        prefix = parts.path.strip("/")
-        if ".." in prefix.split("/"):
-            raise UserError(f"{field}: the prefix may not contain '..'")
-        return StoreLocation(kind="s3", bucket=bucket, prefix=prefix)
-    raise UserError(f"{field}: unsupported store scheme {parts.scheme!r}: use a directory or s3://BUCKET/PREFIX")
+    """``url`` as a store location (``roost.locations.parse_store_location``); a UserError naming ``field``."""
+    return parse_store_location(url, field)
 
 
 def open_store(url: str | Path | None = None, credentials: StoreCredentials | None = None,

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from roost.errors import RoostError
+from roost.failures import FailureClass
 from roost.store.atomic import AlreadyStored, atomic_write_bytes
 
 __all__ = ["AlreadyStored", "LocalStore", "MissingObject", "ObjectInfo", "ObjectStore", "StoreError",
@@ -38,14 +39,14 @@ class StoreError(RoostError):
     command, a store it cannot use as given: exit 2."""
 
     exit_code = 2
-    failure_class = "results_store_error"
+    failure_class = FailureClass.RESULTS_STORE_ERROR
 
 
 class StoreUnreachable(StoreError):
     """The results store did not answer (network, DNS, a timeout, a server down)."""
 
     exit_code = 1
-    failure_class = "results_store_unreachable"
+    failure_class = FailureClass.RESULTS_STORE_UNREACHABLE
     remediation = ("the results are kept in a local copy; once the store answers, `roost results push` "
                    "uploads them (the next run on this worker does it too)")
 
@@ -54,7 +55,7 @@ class StoreFull(StoreError):
     """The filesystem holding a directory store has no space (or quota) left for a write."""
 
     exit_code = 1
-    failure_class = "results_store_full"
+    failure_class = FailureClass.RESULTS_STORE_FULL
     remediation = ("free space on the filesystem holding the results store; then `roost results push` uploads "
                    "what was kept on the worker (the next run on this worker does it too)")
 

@@ -6,7 +6,7 @@ so two workers writing the same key cannot both succeed and an existing object i
 
 Every request is bounded (connect 5 s, whole request 30 s, at most 3 retries within 20 s), so a store
 that does not answer fails the operation with ``StoreUnreachable`` in well under a minute instead of
-hanging a run. Credentials come from :class:`roost.store.location.StoreCredentials` (a Prefect block
+hanging a run. Credentials come from :class:`roost.store.credentials.StoreCredentials` (a Prefect block
 or the environment), never from the URL; error messages carry the URL and the key only.
 """
 
@@ -20,7 +20,7 @@ from roost.store.atomic import AlreadyStored
 from roost.store.objects import MissingObject, ObjectInfo, ObjectStore, StoreError, StoreUnreachable
 
 if TYPE_CHECKING:
-    from roost.store.location import StoreCredentials
+    from roost.store.credentials import StoreCredentials
 
 CONNECT_TIMEOUT_S = 5
 REQUEST_TIMEOUT_S = 30

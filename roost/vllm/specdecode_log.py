@@ -1,40 +1,30 @@
 """vLLM's ``SpecDecoding metrics:`` log lines, parsed: the fallback for draft acceptance when the
 server's ``/metrics`` does not answer.
 
-vLLM's engine logs one line per stats interval (about 10 s) while speculative decoding runs
-(``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingLogging.log``, vLLM 0.32)::
-
-    SpecDecoding metrics: Mean acceptance length: 2.25, Accepted throughput: 30.10 tokens/s,
-    Drafted throughput: 47.30 tokens/s, Accepted: 301 tokens, Drafted: 473 tokens,
-    Per-position acceptance rate: 0.743, 0.506, Avg Draft acceptance rate: 63.6%
+vLLM's engine logs one line per stats interval (about 10 s) while speculative decoding runs: its
+wording, and a line as vLLM 0.32 logged it, is ``roost.vllm.wordings.SPEC_DECODING``'s (the mean
+acceptance length, the accepted and drafted throughputs and token counts, the per-position acceptance
+rates and the average acceptance in percent).
 
 Each line covers its own interval only (the logger resets after printing). The line carries the
 accepted and drafted token counts exactly; the number of drafts is not printed, so it is recovered
 from the mean acceptance length (``1 + accepted / drafts``, printed to 2 decimals) and rounded;
 per-position accepted counts are the printed rates (``accepted at position i / drafts``, 3
 decimals) times that. :func:`aggregate` sums the intervals into one
-:class:`~roost.vllm.prometheus.SpecCounters`: exact for the token totals, to the printed precision
+:class:`~roost.vllm.server_metrics.SpecCounters`: exact for the token totals, to the printed precision
 for drafts and positions.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from roost.vllm.prometheus import SpecCounters
+from roost.vllm import wordings as W
+from roost.vllm.server_metrics import SpecCounters
 
-_NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)|nan)"
-SPEC_LINE = re.compile(
-    r"SpecDecoding metrics: Mean acceptance length: " + _NUM + r", "
-    r"Accepted throughput: " + _NUM + r" tokens/s, "
-    r"Drafted throughput: " + _NUM + r" tokens/s, "
-    r"Accepted: (\d+) tokens, Drafted: (\d+) tokens, "
-    r"Per-position acceptance rate: ([-+\d.,\snae]*?), "
-    r"Avg Draft acceptance rate: " + _NUM + "%"
-)
+SPEC_LINE = W.SPEC_DECODING.pattern  # its wording by release: roost.vllm.wordings
 
 
 class SpecLogLine(BaseModel):

@@ -34,7 +34,8 @@ RETRIES = 2
 @flow(name="notify-faults-report")
 def notify_report(day: int) -> dict[str, object]:
     """The last stages of a landing (report and Slack, then the verdict) on a run that regressed."""
-    from flows.stages import finish, report_stage, results_store
+    from flows.lifecycle import finish, results_store
+    from flows.stages import report_stage
 
     record, _ = regressed()
     with results_store(CPU):

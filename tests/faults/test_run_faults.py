@@ -49,7 +49,7 @@ from roost.profiles import LOCAL
 from roost.serve.probes import probes_for
 from roost.serve.process import process_servers
 from roost.store import load_records
-from roost.vllm import prometheus
+from roost.vllm import server_metrics as prometheus
 from tasks.host_slot import host_limit_name, host_slot
 
 pytestmark = pytest.mark.slow

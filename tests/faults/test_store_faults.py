@@ -125,7 +125,8 @@ def test_a_full_disk_refuses_the_run_whole_and_the_next_write_after_space_is_fre
 def store_report_only(day: int) -> dict[str, object]:
     """The land flow's last stages (``flows.stages``: report, then the verdict) on a sample record, with the
     store the environment names."""
-    from flows.stages import finish, report_stage, results_store
+    from flows.lifecycle import finish, results_store
+    from flows.stages import report_stage
 
     record = spark_run(day=day)
     with results_store(CPU):

@@ -106,7 +106,8 @@ def _flush_run_logs() -> None:
 @flow(name="eval-stage-test", persist_result=False)
 def evaluate_and_report(prof: ModelProfile, base_url: str) -> tuple[RunRecord, RegressionReport | None]:
     """What ``land`` does around a served model, minus the serving: datasets, evaluation, report."""
-    from flows.stages import eval_datasets_stage, eval_stage, new_record, report_stage
+    from flows.lifecycle import new_record
+    from flows.stages import eval_datasets_stage, eval_stage, report_stage
 
     record = new_record(prof, CPU)
     record.meta.commit = "c0ffee" * 6 + "c0ff"

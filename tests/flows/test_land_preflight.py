@@ -100,7 +100,7 @@ def test_a_landing_that_fails_outside_every_stage_is_a_failed_run(prefect_api: s
     """The demo's Hub mirror not answering (seen when two landings on one machine shared olah's config):
     the run fails, and the record stored says so; it was once stored and reported as a completed run.
     The mirror's failure is simulated (FAKE: local_hub_task raises what HubMirror raises on a time-out)."""
-    import flows.stages
+    import flows.stages.hub
     from flows.land import land
     from roost.errors import StageFailed
     from roost.profiles import LOCAL
@@ -109,7 +109,7 @@ def test_a_landing_that_fails_outside_every_stage_is_a_failed_run(prefect_api: s
     def no_mirror(prof: Any) -> Any:
         raise StageFailed("hub-mirror", "olah did not answer on http://127.0.0.1:1 within 60 s")
 
-    monkeypatch.setattr(flows.stages, "local_hub_task", no_mirror)
+    monkeypatch.setattr(flows.stages.hub, "local_hub_task", no_mirror)
     monkeypatch.setenv("ROOST_RESULTS_DIR", str(tmp_path / "results"))
     with pytest.raises(StageFailed, match="olah did not answer"):
         land(profile="local", notify=False)

@@ -9,7 +9,7 @@ from support.samples import earlier_runs, failed_run, spark_run
 
 from roost.eval.datasets import DatasetInfo
 from roost.eval.scoring import paired, summarize
-from roost.eval.tasks import Sampling
+from roost.eval.suites import Sampling
 from roost.naming import run_verdict
 from roost.records import EvalRecord, RunRecord
 from roost.regress import compare

@@ -9,7 +9,7 @@ from support.samples import spark_run
 
 from roost.eval.datasets import DatasetInfo
 from roost.eval.scoring import PairedComparison, paired, summarize
-from roost.eval.tasks import Sampling
+from roost.eval.suites import Sampling
 from roost.records import SCHEMA_VERSION, EvalRecord, OtherModelScore, RunRecord
 
 CATS = ("law", "math")

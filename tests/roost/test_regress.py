@@ -300,7 +300,7 @@ def _vllm_account(base_url: str) -> dict[str, float]:
     """Sums and counts of vLLM's own TTFT and per-request TPOT histograms (its /metrics, no key needed)."""
     import httpx
 
-    from roost.vllm import prometheus
+    from roost.vllm import server_metrics as prometheus
 
     t = prometheus.totals(prometheus.parse_text(httpx.get(base_url.rstrip("/") + "/metrics", timeout=10).text))
     return {k: t.get(f"vllm:{k}", 0.0) for k in ("time_to_first_token_seconds_sum", "time_to_first_token_seconds_count",

@@ -12,7 +12,7 @@ from support.samples import failed_run, spark_run
 from roost.eval.datasets import DatasetInfo
 from roost.eval.runner import EvalSettings
 from roost.eval.scoring import paired, summarize
-from roost.eval.tasks import Sampling
+from roost.eval.suites import Sampling
 from roost.records import EvalRecord, RunRecord
 from roost.regress import accuracy_baseline, latest_scores
 

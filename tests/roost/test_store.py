@@ -17,8 +17,7 @@ from support.samples import dist
 
 from roost import store
 from roost.errors import UserError
-from roost.notify import NotifyResult
-from roost.records import SCHEMA_VERSION, BenchPoint, RunMeta, RunRecord, ServeObservation
+from roost.records import SCHEMA_VERSION, BenchPoint, NotifyResult, RunMeta, RunRecord, ServeObservation
 from roost.store.objects import StoreError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from roost import store
 from roost.eval.datasets import DatasetInfo
 from roost.eval.log import Answer
 from roost.eval.scoring import paired, summarize
-from roost.eval.tasks import Sampling
+from roost.eval.suites import Sampling
 from roost.records import EvalRecord, RunRecord
 from roost.store.layout import partition_key
 from roost.store.schema import EVALS_SCHEMA, eval_rows, parquet_bytes

@@ -22,13 +22,14 @@ from prefect.logging.handlers import APILogHandler
 from prefect.settings import get_current_settings
 from support.hub import HubProxy, local_hub, write_checkpoint_files
 
+from blocks.secrets import token_from
 from roost.errors import UserError
 from roost.hub.errors import HubUnreachable
 from roost.hub.mirror import HubMirror
 from roost.hub.snapshot import DownloadResult, RetryPolicy
 from roost.net import free_port
 from roost.profiles import ModelProfile
-from tasks.download import CACHE_KEY_PREFIX, download_cache_key, download_task, token_from
+from tasks.download import CACHE_KEY_PREFIX, download_cache_key, download_task
 
 pytestmark = pytest.mark.slow
 

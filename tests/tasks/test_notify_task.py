@@ -20,10 +20,10 @@ def test_notify_task_loads_the_block_sends_and_records(prefect_api: str, slack_r
                                                        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from prefect import flow
 
-    from roost.notify import NotifyResult
+    from roost.records import NotifyResult
+    from roost.report.outcome import ReportOutcome
     from roost.store import load_notifications
     from tasks.notify import notify_task
-    from tasks.report import ReportOutcome
 
     bot(slack_receiver).save("roost-slack-test-notify", overwrite=True)
     loaded = SlackNotifier.load("roost-slack-test-notify")

@@ -52,6 +52,7 @@ from roost.serve.dockerfile import LABEL_MANAGED
 from roost.serve.logs import LogBuffer, Stamped
 from roost.serve.occupancy import Occupant, container_occupant, published_ports
 from roost.serve.phases import StartupPhases, parse_timestamp, startup_phases
+from roost.settings import HF_HUB_OFFLINE, VLLM_API_KEY
 
 LABEL_HOST = "ai.roost.host"
 LABEL_MODEL = "ai.roost.model"
@@ -404,11 +405,11 @@ def docker_run_kwargs(spec: ServeSpec, host: HostProfile, *, image: str, api_key
     model_dir = spec.model_dir.expanduser().resolve()
     if not model_dir.is_dir():
         raise UserError(f"checkpoint directory {model_dir} does not exist: download it first or fix --model-dir")
-    if "VLLM_API_KEY" in spec.env:
+    if VLLM_API_KEY in spec.env:
         raise UserError("ServeSpec.env must not carry VLLM_API_KEY: pass the key as api_key (it comes from a Secret block)")
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **spec.env}
+    env = {HF_HUB_OFFLINE: "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **spec.env}
     if api_key:
-        env["VLLM_API_KEY"] = api_key
+        env[VLLM_API_KEY] = api_key
     command = [
         "python3", "-m", "vllm.entrypoints.openai.api_server",
         "--model", MODEL_MOUNT,

@@ -1,7 +1,7 @@
 """The Docker engine client and the serving image: the Dockerfile from ``roost.serve.dockerfile``
 (vLLM base + xgrammar patch), built with the low-level ``APIClient.build(decode=True)``.
 
-``plan_build`` resolves the base image, reads what it holds (``PROBE_SCRIPT`` in a throw-away
+``plan_build`` resolves the base image, reads what it holds (``roost.serve.image.probe`` in a throw-away
 container: vLLM's distribution, version and xgrammar requirement and the xgrammar it has, from
 package metadata, without importing vLLM) and renders the Dockerfile with the xgrammar pin that
 follows from it (a patch layer only when the pin differs from the base's own); ``build_image`` builds
@@ -31,7 +31,6 @@ from roost.serve.dockerfile import (
     LABEL_MANAGED,
     LABEL_VLLM,
     LABEL_VLLM_DISTRIBUTION,
-    PROBE_SCRIPT,
     BaseImageFacts,
     BuildSpec,
     RenderedDockerfile,
@@ -39,6 +38,7 @@ from roost.serve.dockerfile import (
     check_failure_detail,
     parse_probe,
     pin_from_labels,
+    probe_command,
     render_dockerfile,
     table_note,
 )
@@ -126,10 +126,11 @@ class BuildPlan(BaseModel):
 
 def probe_base_image(client: docker.DockerClient, base_image: str, image_id: str, *,
                      timeout_s: int = 120) -> BaseImageFacts:
-    """Run ``PROBE_SCRIPT`` in a throw-away container of the base image (no network; removed after)."""
+    """Run the probe (``roost.serve.image.probe``) in a throw-away container of the base image (no network;
+    removed after)."""
     what = f"cannot read the packages of base image {base_image}"
     try:
-        container = client.containers.create(image_id, entrypoint=["python3", "-c", PROBE_SCRIPT],
+        container = client.containers.create(image_id, entrypoint=probe_command(),
                                              labels={LABEL_MANAGED: "true"}, network_disabled=True)
     except APIError as exc:
         raise StageFailed("build", f"{what}: {exc.explanation or exc}") from None
@@ -179,49 +180,11 @@ def build_context(rendered: RenderedDockerfile) -> io.BytesIO:
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 
 
-def build_image(
-    spec: BuildSpec,
-    *,
-    client: docker.DockerClient,
-    log: LogFn = _noop,
-    timeout_s: int = 3600,
-    tail_lines: int = 20,
-    plan: BuildPlan | None = None,
-) -> BuildResult:
-    """Build (or find) the serving image for ``spec`` (``plan``: ``plan_build``'s for it, else made
-    here); every build line goes to ``log``."""
-    t0 = time.monotonic()
-    plan = plan if plan is not None else plan_build(client, spec)
-    rendered, facts, pin = plan.rendered, plan.facts, plan.rendered.xgrammar
-
-    def result(image_id: str, made: XgrammarPin, vllm_distribution: str, vllm_version: str, *, skipped: bool,
-               steps: int = 0, log_tail: list[str] | None = None) -> BuildResult:
-        return BuildResult(
-            tag=rendered.tag, image_id=image_id, dockerfile_sha256=rendered.sha256, base_image=spec.base_image,
-            base_image_id=plan.base_image_id, base_image_digest=plan.base_repo_digest, xgrammar_version=made.version,
-            xgrammar_source=made.source, xgrammar_requirement=made.requirement, xgrammar_base=made.base,
-            xgrammar_summary=made.summary(), vllm_distribution=vllm_distribution, vllm_version=vllm_version,
-            skipped=skipped, seconds=round(time.monotonic() - t0, 3), steps=steps, log_tail=log_tail or [],
-        )
-
-    if image_exists(client, rendered.tag):
-        image = client.images.get(rendered.tag)
-        labels: dict[str, str] = dict(image.labels or {})  # what the image itself says it was built with
-        found = pin_from_labels(labels, pin)
-        log(f"image {rendered.tag} already exists (Dockerfile sha256 {rendered.sha256[:12]}); build skipped: "
-            f"{found.summary()}")
-        return result(str(image.id), found, labels.get(LABEL_VLLM_DISTRIBUTION) or rendered.vllm_distribution,
-                      labels.get(LABEL_VLLM) or rendered.vllm_version, skipped=True)
-
-    required = f"requires xgrammar{pin.requirement}" if pin.requirement else "names no xgrammar requirement"
-    has = f"xgrammar {facts.xgrammar_installed}" if facts.xgrammar_installed else "no xgrammar"
-    log(f"base image {spec.base_image} holds {facts.vllm} ({required}) and {has}; Python {facts.python}")
-    note = table_note(facts)
-    if note:
-        log(note)
-    if not pin.satisfies:
-        log(f"warning: {pin.describe()}; the build's check decides whether vLLM works with it")
-    log(f"building {rendered.tag} FROM {spec.base_image}: {pin.summary()}")
+def _stream_build(client: docker.DockerClient, rendered: RenderedDockerfile, *, log: LogFn, timeout_s: int,
+                  tail_lines: int) -> tuple[str, int, list[str]]:
+    """Run the docker build of ``rendered``, every line to ``log``: (image id, steps run, the last
+    ``tail_lines`` lines). StageFailed on a failing build, naming its step and last lines, or, when the
+    xgrammar check failed, which base, vLLM and xgrammar did not work together."""
     api = client.api
     tail: deque[str] = deque(maxlen=tail_lines)
     check: list[str] = []  # the check step's FAIL line, when it prints one
@@ -265,7 +228,54 @@ def build_image(
         api.timeout = api_timeout
     if not image_id:
         image_id = str(client.images.get(rendered.tag).id)
+    return image_id, steps, list(tail)
+
+
+def build_image(
+    spec: BuildSpec,
+    *,
+    client: docker.DockerClient,
+    log: LogFn = _noop,
+    timeout_s: int = 3600,
+    tail_lines: int = 20,
+    plan: BuildPlan | None = None,
+) -> BuildResult:
+    """Build (or find) the serving image for ``spec`` (``plan``: ``plan_build``'s for it, else made
+    here); every build line goes to ``log``."""
+    t0 = time.monotonic()
+    plan = plan if plan is not None else plan_build(client, spec)
+    rendered, facts, pin = plan.rendered, plan.facts, plan.rendered.xgrammar
+
+    def result(image_id: str, made: XgrammarPin, vllm_distribution: str, vllm_version: str, *, skipped: bool,
+               steps: int = 0, log_tail: list[str] | None = None) -> BuildResult:
+        return BuildResult(
+            tag=rendered.tag, image_id=image_id, dockerfile_sha256=rendered.sha256, base_image=spec.base_image,
+            base_image_id=plan.base_image_id, base_image_digest=plan.base_repo_digest, xgrammar_version=made.version,
+            xgrammar_source=made.source, xgrammar_requirement=made.requirement, xgrammar_base=made.base,
+            xgrammar_summary=made.summary(), vllm_distribution=vllm_distribution, vllm_version=vllm_version,
+            skipped=skipped, seconds=round(time.monotonic() - t0, 3), steps=steps, log_tail=log_tail or [],
+        )
+
+    if image_exists(client, rendered.tag):
+        image = client.images.get(rendered.tag)
+        labels: dict[str, str] = dict(image.labels or {})  # what the image itself says it was built with
+        found = pin_from_labels(labels, pin)
+        log(f"image {rendered.tag} already exists (Dockerfile sha256 {rendered.sha256[:12]}); build skipped: "
+            f"{found.summary()}")
+        return result(str(image.id), found, labels.get(LABEL_VLLM_DISTRIBUTION) or rendered.vllm_distribution,
+                      labels.get(LABEL_VLLM) or rendered.vllm_version, skipped=True)
+
+    required = f"requires xgrammar{pin.requirement}" if pin.requirement else "names no xgrammar requirement"
+    has = f"xgrammar {facts.xgrammar_installed}" if facts.xgrammar_installed else "no xgrammar"
+    log(f"base image {spec.base_image} holds {facts.vllm} ({required}) and {has}; Python {facts.python}")
+    note = table_note(facts)
+    if note:
+        log(note)
+    if not pin.satisfies:
+        log(f"warning: {pin.describe()}; the build's check decides whether vLLM works with it")
+    log(f"building {rendered.tag} FROM {spec.base_image}: {pin.summary()}")
+    image_id, steps, tail = _stream_build(client, rendered, log=log, timeout_s=timeout_s, tail_lines=tail_lines)
     built = result(image_id, pin, rendered.vllm_distribution, rendered.vllm_version, skipped=False, steps=steps,
-                   log_tail=list(tail))
+                   log_tail=tail)
     log(f"built {rendered.tag} ({image_id[:19]}) in {built.seconds:.1f} s")
     return built

@@ -6,7 +6,7 @@ import pytest
 
 from roost.bench import mtp
 from roost.records import BenchPoint, Distribution, MtpAB
-from roost.vllm.prometheus import SpecCounters
+from roost.vllm.server_metrics import SpecCounters
 
 
 def _point(kind: str, prompt: int, conc: int, rate: float | None, *, target: int | None = None,

@@ -27,8 +27,8 @@ import pytest
 from roost.eval.log import read_answers
 from roost.eval.runner import EvalSettings, run_eval
 from roost.eval.scoring import summarize
-from roost.eval.tasks import VERDICTS
-from roost.vllm.prometheus import parse_text, totals
+from roost.eval.suites import VERDICTS
+from roost.vllm.server_metrics import parse_text, totals
 
 pytestmark = pytest.mark.slow
 

@@ -40,7 +40,7 @@ from lm_eval.models.utils import postprocess_generated_text
 from lm_eval.tasks._yaml_loader import load_yaml
 from lm_eval.utils import apply_template
 
-from roost.eval.tasks import EvalTask, Question, get_task, split_reasoning, verdict
+from roost.eval.suites import EvalTask, Question, get_task, split_reasoning, verdict
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "eval"
 LM_EVAL_TASKS = Path(lm_eval.__file__).resolve().parent / "tasks"

@@ -19,7 +19,7 @@ from roost.eval.datasets import load_dataset
 from roost.eval.log import read_answers
 from roost.eval.runner import EvalResult, EvalServerGone, EvalSettings, request_seed, run_eval
 from roost.eval.scoring import paired, wilson
-from roost.eval.tasks import get_task
+from roost.eval.suites import get_task
 
 MMLU = get_task("mmlu-pro")
 CATEGORIES = ("law", "math", "physics")

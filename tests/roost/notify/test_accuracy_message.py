@@ -13,7 +13,7 @@ from support.slack_receiver import block_kit_errors
 
 from roost.eval.datasets import DatasetInfo
 from roost.eval.scoring import paired, summarize
-from roost.eval.tasks import Sampling
+from roost.eval.suites import Sampling
 from roost.notify import SlackMessage, accuracy_line, build_message, message_kind
 from roost.records import EvalRecord, RunRecord
 from roost.regress import compare

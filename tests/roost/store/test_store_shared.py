@@ -168,7 +168,7 @@ def open_target(kind: str, where: str) -> ObjectStore:
     from pydantic import SecretStr
     from support.s3 import ACCESS_KEY, SECRET_KEY
 
-    from roost.store.location import StoreCredentials
+    from roost.store.credentials import StoreCredentials
 
     return S3Store(bucket, "team/results", StoreCredentials(access_key_id=ACCESS_KEY, secret_access_key=SecretStr(SECRET_KEY),
                                                             endpoint_url=url, region="us-east-1", allow_http=True))

@@ -1,0 +1,29 @@
+"""Stage 7a, ``gateway``: a kept server registered for the metering gateway and Prometheus."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger
+
+from blocks.resolve import VLLM_API_KEY_BLOCK, vllm_api_key_with_source
+from flows.stages.timing import stage
+from roost.hosts import HostProfile
+from roost.monitor.targets import decode_floor
+from roost.records import RunRecord
+from tasks.gateway import register_backend
+from tasks.monitor import sync_monitoring
+
+
+def gateway_stage(record: RunRecord, base_url: str, served_model_name: str, host: HostProfile) -> None:
+    """A landing that keeps its server registers it for the metering gateway on the host (the host's
+    earlier servers are deregistered): the gateway routes ``served_model_name`` without a restart."""
+    with stage(record, "gateway") as st:
+        floor = decode_floor(record)
+        replaced = register_backend(base_url, served_model_name, host.name, record.meta.run_id,
+                                    floor.tok_s if floor else None, floor.concurrency if floor else 0)
+        st.note = f"registered {base_url}" + (f", replaced {', '.join(replaced)}" if replaced else "")
+        if reload := sync_monitoring():  # Prometheus scrapes it from now on (roost monitor render/up)
+            st.note += f"; Prometheus {reload}"
+        if vllm_api_key_with_source()[1] == "none":
+            get_run_logger().warning(
+                "gateway: this server's key is one-off (no VLLM_API_KEY, no %s Secret block), so the gateway "
+                "cannot reach it; set one for both", VLLM_API_KEY_BLOCK)
