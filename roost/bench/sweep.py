@@ -430,6 +430,9 @@ async def arun_benchmark(
         except _ServerGone as exc:
             result.status = "failed"
             result.errors.append(client.scrub(str(exc)))
+        except httpx.TransportError as exc:  # between measured steps (the tokenizer, a scrape): cut or refused
+            result.status = "failed"
+            result.errors.append(client.scrub(f"server stopped answering: {type(exc).__name__} {exc}".rstrip()))
         except (httpx.HTTPError, PromptError) as exc:
             result.status = "failed"
             result.errors.append(client.scrub(f"{type(exc).__name__}: {exc}"))

@@ -205,6 +205,12 @@ def _write_atomically(path: Path, text: str) -> None:
         raise
 
 
+ASK_ONCE = RetryPolicy(attempts=1, unanswered_attempts=1)
+"""The revision and the listing are asked once, as huggingface_hub asks them: a Hub that does not answer
+leaves the answer to the cache at once (an evaluation whose dataset is cached does not wait out retries,
+and says so in one line). The files themselves are fetched with the checkpoints' retries."""
+
+
 def download_to_cache(
     repo_id: str,
     *,
@@ -234,17 +240,20 @@ def download_to_cache(
     cache = RepoCache(root, repo_id, repo_type)
     if offline:
         return _from_cache(cache, revision, allow_patterns, ignore_patterns, cause=None)
+    ask = HubClient(endpoint, resolve_token(token), policy=retry or ASK_ONCE, stage=stage, repo_type=repo_type)
+    try:
+        commit = ask.resolve(repo_id, revision, by_refs=False)  # as huggingface_hub resolves it
+        listing = cache.read_tree(commit)
+        if listing is None:
+            listing = ask.list_files(repo_id, commit)
+            cache.write_tree(commit, listing)
+    except (HubUnreachable, UserError) as exc:  # as huggingface_hub: the cache may hold it
+        return _from_cache(cache, revision, allow_patterns, ignore_patterns, cause=exc)
+    finally:
+        ask.close()
+    selected = select(listing, repo_id, allow_patterns, ignore_patterns)
     client = HubClient(endpoint, resolve_token(token), policy=retry, stage=stage, repo_type=repo_type)
     try:
-        try:
-            commit = client.resolve(repo_id, revision, by_refs=False)  # as huggingface_hub resolves it
-            listing = cache.read_tree(commit)
-            if listing is None:
-                listing = client.list_files(repo_id, commit)
-                cache.write_tree(commit, listing)
-        except (HubUnreachable, UserError) as exc:  # as huggingface_hub: the cache may hold it
-            return _from_cache(cache, revision, allow_patterns, ignore_patterns, cause=exc)
-        selected = select(listing, repo_id, allow_patterns, ignore_patterns)
         cache.write_ref(revision, commit)
         fetched = _fill_snapshot(client, cache, commit, selected)
     finally:

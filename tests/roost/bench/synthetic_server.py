@@ -22,7 +22,8 @@ It prints ``READY <port>`` once listening. Endpoints:
   arrived (as continuous batching schedules every waiting request together). The next
   chat requests take the listed faults in order: ``ok``, ``cut``, ``error``, ``no_usage``,
   ``no_done``, ``empty_deltas``, ``500``, ``400``, ``hang``, ``die``, ``slow_end`` (``[DONE]`` is
-  written, the chunked stream's end a second later, as a loaded server may).
+  written, the chunked stream's end a second later, as a loaded server may). ``tokenize_left`` N: the
+  server answers N more ``/tokenize`` calls, then dies on the next (a death while prompts are built).
 - ``GET /_stats``: ``log``, every request received (method, path); the server's record of what it did, per request id (``X-Request-Id``): when it
   read the request (``t_received``), when it wrote each token (``sent``; ``t_first`` and
   ``t_last`` are the first and last of them), the token count; and the largest lateness of any
@@ -60,6 +61,7 @@ class State:
         self.ttft_s: float = args.ttft_s
         self.prefill_tok_s: float | None = None
         self.faults: list[str] = []
+        self.tokenize_left: int | None = None  # /tokenize answers left before the server dies on the next one
         self.stats: dict[str, dict[str, Any]] = {}
         self.max_lag_s = 0.0
         self.running = 0
@@ -288,6 +290,10 @@ async def handle(st: State, reader: asyncio.StreamReader, writer: asyncio.Stream
                 rid = headers.get("x-request-id") or f"anon-{st.requests_seen}"
                 keep = await stream_chat(st, writer, reader, json.loads(body), rid, fault) and keep
             elif method == "POST" and path == "/tokenize":
+                if st.tokenize_left is not None:
+                    if st.tokenize_left <= 0:
+                        os._exit(3)  # dies while a prompt is being built, between measured steps
+                    st.tokenize_left -= 1
                 req = json.loads(body)
                 n = count_tokens(req["messages"]) if "messages" in req else len(str(req.get("prompt", "")).split())
                 writer.write(_json(200, {"count": n, "max_model_len": st.max_model_len, "tokens": list(range(n))}))
@@ -299,7 +305,7 @@ async def handle(st: State, reader: asyncio.StreamReader, writer: asyncio.Stream
                 writer.write(_http(200, metrics_text(st).encode(), "text/plain"))
             elif method == "POST" and path == "/_control":
                 ctl = json.loads(body)
-                for key in ("tokens_per_s", "ttft_s", "prefill_tok_s", "batch"):
+                for key in ("tokens_per_s", "ttft_s", "prefill_tok_s", "batch", "tokenize_left"):
                     if key in ctl:
                         setattr(st, key, ctl[key])
                 if "faults" in ctl:

@@ -170,6 +170,22 @@ def test_bad_server_behaviour_is_recorded_and_the_sweep_goes_on(synthetic: Synth
     assert c6.decode_tok_s.count == 2  # only the 2 completed requests enter the distributions
 
 
+def test_a_server_that_dies_while_prompts_are_built_stopped_answering(fresh_synthetic: Synthetic) -> None:
+    """A death between measured steps (the tokenizer's request cut or refused) is the same failure as one
+    inside a step: the server stopped answering, with what was measured kept (CI once had a bare
+    "ReadError" here, a kill that landed while the next point's prompts were counted)."""
+    srv = fresh_synthetic
+    srv.control(tokens_per_s=200.0, ttft_s=0.01)
+    s = small(prompt_lengths=[64, 128, 256], repeats=1, warmup=1, ttft_timeout_base_s=5.0)
+    whole = run_benchmark(srv.base_url, srv.model, s, api_key=srv.api_key)
+    calls = sum(1 for _, path in srv.stats()["log"] if path == "/tokenize")
+    assert whole.status == "completed" and calls >= 3, (whole.errors, calls)
+    srv.control(tokenize_left=calls // 2)
+    r = run_benchmark(srv.base_url, srv.model, s, api_key=srv.api_key)
+    assert r.status == "failed" and r.errors[0].startswith("server stopped answering: "), r.errors
+    assert len(r.points) < 3 and all(p.errors == 0 for p in r.points)
+
+
 def test_a_server_that_dies_mid_run_fails_the_run_with_what_was_measured(fresh_synthetic: Synthetic) -> None:
     srv = fresh_synthetic
     srv.control(tokens_per_s=200.0, ttft_s=0.01, faults=["ok", "ok", "ok", "die"])
