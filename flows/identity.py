@@ -25,8 +25,7 @@ from prefect.settings import PREFECT_LOGGING_EXTRA_LOGGERS
 
 from blocks.slack import STAGE_LABEL
 from roost.naming import run_name
-
-ROOST_LOGGER = "roost"
+from roost.settings import ROOST_LOGGER
 
 
 def initial_run_name() -> str:
