@@ -49,6 +49,7 @@ from roost.hub._retries import RetryPolicy
 from roost.hub.integrity import HubFile
 from roost.hub.patterns import DEFAULT_ALLOW_PATTERNS, DEFAULT_IGNORE_PATTERNS
 from roost.hub.snapshot import DownloadSpec, select_files
+from roost.hub.spec import is_ref_name
 from roost.inputs.text import redact_url
 from roost.settings import hub_offline, repo_dir_name, roost_home
 
@@ -83,7 +84,8 @@ def is_hub_url(text: str) -> bool:
 def parse_hub_url(text: str) -> HubRef:
     """``hf://OWNER/NAME[@REVISION]`` -> :class:`HubRef`; a bad shape is one UserError saying the form."""
     m = _REF.fullmatch(text.strip())
-    if m is None or m.group(1).endswith((".", "-")) or ".." in m.group(1):
+    if (m is None or m.group(1).endswith((".", "-")) or ".." in m.group(1)
+            or not is_ref_name(m.group(2) or "main")):
         raise UserError(
             f"{text!r} is not a Hub repository URL: write hf://OWNER/NAME or hf://OWNER/NAME@REVISION "
             "(a branch, tag or commit), e.g. hf://Qwen/Qwen3-0.6B@main"

@@ -310,6 +310,7 @@ case("plan-unknown-profile", "plan", "--profile", "nosuch")
 case("audit-unknown-host", "audit", "{ckpt}", "--host", "nosuchhost")
 case("audit-hub-url-bad", "audit", "hf://not a repo")
 case("audit-hub-url-dotdot", "audit", "hf://../../etc")
+case("audit-hub-url-bad-revision", "audit", "hf://acme/model@bad..ref")
 BENCH = ("bench", "{openai}/ok", "--model", "m")
 for _opt, _val in [("--output-tokens", "0"), ("--output-tokens", "9" * 400), ("--output-tokens", "-3"),
                    ("--repeats", "-1"), ("--repeats", "0"), ("--warmup", "-1"), ("--concurrency", "1e999"),

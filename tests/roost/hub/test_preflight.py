@@ -315,3 +315,10 @@ def test_good_hub_urls() -> None:
     assert parse_hub_url("hf://acme/m.v2@refs/pr/1") == HubRef(repo_id="acme/m.v2", revision="refs/pr/1")
     assert str(parse_hub_url("hf://a/b@" + "0" * 40)) == "hf://a/b@" + "0" * 40
     assert not is_hub_url("/models/acme--tiny")
+
+
+def test_a_revision_git_would_not_accept_is_a_user_error_naming_the_form() -> None:
+    """``hf://OWNER/NAME@bad..ref`` is refused as the URL's shape (one line, exit 2), before any request."""
+    with pytest.raises(UserError, match="is not a Hub repository URL"):
+        parse_hub_url("hf://acme/model@bad..ref")
+
