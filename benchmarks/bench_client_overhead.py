@@ -19,7 +19,7 @@ The same long runs give roost's accuracy: each request's decode tok/s against th
 server's record of the same stream (``(tokens - 1) / (last - first write)``, see
 ``tests/bench_synthetic.py``); the target is within 1%, worst request. Usage::
 
-    .venv/bin/python benchmarks/bench_client_overhead.py [--streams 32,128] [--repeats 3]
+    .venv/bin/python benchmarks/bench_client_overhead.py [--streams 32,128] [--repeats 3] [--json OUT]
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from _table import Row, add_json_argument, judged, write_rows  # noqa: E402
 from support.reference import VllmBenchServe  # noqa: E402
 
 from roost.bench import metrics as M  # noqa: E402
@@ -97,14 +98,19 @@ def marginal(samples: list[tuple[float, int, float, int]]) -> float:
     return statistics.median((cl - cs) / (tl - ts) for cs, ts, cl, tl in samples) * 1e6
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", default="32,128", help="concurrent streams, comma-separated")
     ap.add_argument("--short", type=int, default=16, help="tokens per stream, short run")
     ap.add_argument("--long", type=int, default=256, help="tokens per stream, long run")
     ap.add_argument("--rate", type=float, default=20.0, help="tokens/s per stream")
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    add_json_argument(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     levels = [int(x) for x in args.streams.split(",")]
 
     work = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
@@ -146,6 +152,13 @@ def main() -> None:
     ratio = max(r[1] / r[2] for r in rows)
     print(f"\nCPU target (roost <= vllm bench serve): {'met' if ratio <= 1 else 'MISSED'} (worst ratio {ratio:.2f}); "
           f"accuracy target (worst request within 1%): {'met' if worst < 1 else 'MISSED'} ({worst:.3f}%)")
+    out: list[Row] = []
+    for n, ours_m, theirs_m, _, _, err_med, err_max in rows:
+        out.append(Row(f"client CPU per streamed token, {n} streams (marginal, median of {args.repeats})", "µs", ours_m,
+                       theirs_m, "vllm bench serve", "at most vllm bench serve's", judged(ours_m <= theirs_m)))
+        out.append(Row(f"decode tok/s against the server's record, {n} streams: worst request's error", "%", err_max,
+                       target="within 1%", verdict=judged(err_max < 1), detail=f"median {err_med:.3f}%"))
+    write_rows(args.json_out, "bench_client_overhead", out)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ dataset, roost reads the dataset and lists the models), which the whole-run figu
 ``--repeats`` runs the two clients interleaved, and the table shows the median. Usage::
 
     .venv/bin/python benchmarks/bench_eval_overhead.py [--questions 2000] [--short 200] [--concurrency 64]
+        [--json OUT]
+
+Target: roost's client CPU per question at most lm-eval's, judged on the whole run and the marginal figure.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from _table import Row, add_json_argument, judged, write_rows  # noqa: E402
 
 MODEL = "scripted"
 _QUESTION = re.compile(r"Ann has (\d+) apples and buys (\d+) more")
@@ -144,26 +149,32 @@ def data_rows(data: Path) -> int:
     return sum(1 for line in data.read_text(encoding="utf-8").splitlines() if line.strip())
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=2000, help="questions of the long run")
-    ap.add_argument("--short", type=int, default=200, help="questions of the short run (fixed costs cancel)")
+    ap.add_argument("--short", type=int, default=200,
+                    help="questions of the short run (fixed costs cancel); 0: no short run, whole-run figures only")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--client", choices=["roost", "lm-eval"], help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    add_json_argument(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     if args.client:
         child(args)
         return
-    if not 0 < args.short < args.questions:
+    if not 0 <= args.short < args.questions:
         raise SystemExit("--short must be between 0 and --questions")
 
     from support.eval_server import ScriptedServer
 
     work = Path(tempfile.mkdtemp(prefix="bench-eval-overhead-"))
-    sizes = {"short": args.short, "long": args.questions}
+    sizes = {"short": args.short, "long": args.questions} if args.short else {"long": args.questions}
     data = {k: work / f"test-{n}.jsonl" for k, n in sizes.items()}
     for k, n in sizes.items():
         write_dataset(data[k], n)
@@ -184,7 +195,7 @@ def main() -> None:
     n_long, dn = args.questions, args.questions - args.short
 
     def fig(client: str, f: Callable[[dict[str, Any], dict[str, Any]], float]) -> float:
-        return float(statistics.median(f(p["short"], p["long"]) for p in runs[client]))
+        return float(statistics.median(f(p.get("short", {}), p["long"]) for p in runs[client]))
 
     rows = [
         ("questions/s, whole run", "{:.0f}", lambda s, x: n_long / x["wall_s"]),
@@ -195,15 +206,35 @@ def main() -> None:
         ("fixed cost per run: CPU s", "{:.1f}", lambda s, x: s["cpu_s"] - args.short * (x["cpu_s"] - s["cpu_s"]) / dn),
         ("client process CPU s, long run, imports included", "{:.1f}", lambda s, x: x["process_cpu_s"]),
     ]
+    if not args.short:  # the figures of the long run alone
+        rows = [r for r in rows if "marginal" not in r[0] and "fixed cost" not in r[0]]
     print(f"\nclient overhead per question: GSM8K-format questions, {args.concurrency} in flight, scripted instant "
-          f"answers; whole run = {n_long} questions, marginal = between {args.short} and {n_long} "
-          f"(median of {args.repeats})\n")
+          f"answers; whole run = {n_long} questions"
+          f"{f', marginal = between {args.short} and {n_long}' if args.short else ''} (median of {args.repeats})\n")
     print("| figure | roost run_eval | lm-eval local-chat-completions | ratio roost/lm-eval |")
     print("|---|---|---|---|")
     for label, fmt, f in rows:
         ours, theirs = fig("roost", f), fig("lm-eval", f)
         ratio = f"{ours / theirs:.2f}" if ours > 0 and theirs > 0 else "-"  # a fixed cost can come out < 0: noise
         print(f"| {label} | {fmt.format(ours)} | {fmt.format(theirs)} | {ratio} |")
+    out: list[Row] = []
+    for label, unit in (("client CPU ms/question, whole run", "ms"), ("client CPU ms/question, marginal", "ms"),
+                        ("questions/s, whole run", "/s")):
+        of = next((fn for name, _, fn in rows if name == label), None)
+        if of is None:  # no short run: no marginal figure
+            continue
+        ours, theirs = fig("roost", of), fig("lm-eval", of)
+        what = (f"{label.replace(' ms/question', ' per question')} ({args.concurrency} in flight, "
+                f"{n_long if 'whole' in label else f'{args.short} to {n_long}'} questions)")
+        if unit == "ms":
+            noise = ours <= 0 or theirs <= 0  # a marginal below 0: the two runs' noise exceeds their difference
+            out.append(Row(what, unit, ours, theirs, "lm-eval local-chat-completions", "at most lm-eval's",
+                           "not judged" if noise else judged(ours <= theirs),
+                           "a marginal figure below 0: noise" if noise else ""))
+        else:
+            out.append(Row(what.replace("questions/s, ", "questions per second, "), unit, ours, theirs,
+                           "lm-eval local-chat-completions"))
+    write_rows(args.json_out, "bench_eval_overhead", out)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,12 @@ proxies share the CPUs vLLM's worker is not bound to (``support.agreement.quiet_
 ``--free`` leaves placement to the scheduler. LiteLLM is stopped (SIGSTOP) while the other paths are
 measured, so that its background work cannot weigh on them. Usage::
 
-    .venv/bin/python benchmarks/bench_gateway.py [--quick] [--vllm] [--rounds 5] [--litellm PATH] [--free]
+    .venv/bin/python benchmarks/bench_gateway.py [--quick] [--vllm [--vllm-url URL]] [--rounds 5] [--litellm PATH]
+        [--free] [--json OUT]
+
+``--vllm-url`` (with ``--vllm``) measures a vLLM already serving the demo model there (its key in
+``VLLM_API_KEY``) instead of starting one. ``--json OUT``: the gateway's figures against direct access (and
+LiteLLM's where it ran) as rows for ``bash scripts/bench``.
 """
 
 from __future__ import annotations
@@ -119,6 +124,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from _table import Row, add_json_argument, judged, write_rows  # noqa: E402
 
 from roost.vllm.client import RequestBudget, VllmClient  # noqa: E402
 from roost.vllm.stream import RequestRecord  # noqa: E402
@@ -581,6 +588,37 @@ def table(label: str, res: Results, have: list[str], *, judge_ttft: bool = True)
     return rows, verdicts
 
 
+def figures(label: str, res: Results, have: list[str], *, judge_ttft: bool = True) -> list[Row]:
+    """The rows of one backend (``--json``): the gateway against direct access, and against LiteLLM where it ran."""
+    out: list[Row] = []
+    for conc in (1, 16):
+        d = res.ttft[("direct", conc)]
+        for q, target in ((0.5, 1e-3), (0.99, 5e-3)):
+            base, v = pct(d, q), pct(res.ttft[("gateway", conc)], q)
+            added = v - base
+            out.append(Row(f"TTFT p{round(q * 100)}, concurrency {conc}, through the gateway ({label}, n={len(d)})", "ms",
+                           1e3 * v, 1e3 * base, "direct", f"added < {1e3 * target:g} ms",
+                           judged(added < target) if judge_ttft else "not judged",
+                           f"{1e3 * added:+.2f} ms" if judge_ttft else
+                           f"{1e3 * added:+.2f} ms; the server's own TTFT varies by more than the target"))
+            if "litellm" in have and q == 0.5:
+                other = pct(res.ttft[("litellm", conc)], q) - base
+                out.append(Row(f"added TTFT p50, concurrency {conc} ({label}): the gateway vs LiteLLM's proxy", "ms",
+                               1e3 * added, 1e3 * other, "LiteLLM proxy"))
+    for t in dict.fromkeys(t for _, t in res.tok_s):
+        dt, vt = res.tok_s[("direct", t)], res.tok_s[("gateway", t)]
+        ratio = statistics.median(x / y for x, y in zip(vt, dt, strict=True))
+        goal = "CPU-bound" not in t
+        out.append(Row(f"output tok/s, 64 streams, {t}, through the gateway ({label})", "tok/s",
+                       statistics.median(vt), statistics.median(dt), "direct", ">= 98% of direct" if goal else "",
+                       judged(ratio >= 0.98) if goal else "not judged", ratio=ratio))
+        if "litellm" in have:
+            out.append(Row(f"proxy CPU per token, 64 streams, {t} ({label}): the gateway vs LiteLLM's proxy", "µs",
+                           statistics.median(res.cpu_us_tok[("gateway", t)]),
+                           statistics.median(res.cpu_us_tok[("litellm", t)]), "LiteLLM proxy"))
+    return out
+
+
 HEADER = ("| backend | figure (median of rounds / pooled percentiles) | direct | roost gateway | gateway vs direct | "
           "LiteLLM proxy | LiteLLM vs direct | target |\n|---|---|---|---|---|---|---|---|")
 
@@ -650,6 +688,7 @@ async def run_backend(label: str, backend: str, upstream_key: str, plan: Plan, l
 
 
 def start_vllm(work: Path, key: str) -> tuple[Any, str]:
+    """vLLM CPU serving the demo model (``tiny``); the server and its URL."""
     from roost.demo.model import generate_tiny_model
     from roost.net import free_port
     from roost.serve.base import ServeSpec
@@ -669,7 +708,7 @@ def start_vllm(work: Path, key: str) -> tuple[Any, str]:
     return server, str(server.base_url)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rounds and requests (a smoke run, ~2 min)")
     ap.add_argument("--rounds", type=int, help="rounds per figure (default 5; --quick 2)")
@@ -680,7 +719,16 @@ def main() -> None:
     ap.add_argument("--litellm", help="LiteLLM's venv, its python or its `litellm` launcher (default: "
                     f"{LITELLM_VENV} if present; `none`: leave LiteLLM out)")
     ap.add_argument("--free", action="store_true", help="no CPU pinning")
-    args = ap.parse_args()
+    ap.add_argument("--vllm-url", help="with --vllm: a vLLM serving the demo model (key: VLLM_API_KEY) instead of "
+                    "starting one")
+    add_json_argument(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.vllm_url and not args.vllm:
+        raise SystemExit("--vllm-url is for --vllm")
     GATEWAY_ARGS.extend(args.gateway_arg)
     rounds = args.rounds or (2 if args.quick else 5)
     vrounds = args.rounds or (2 if args.quick else 3)  # vLLM CPU is slow: fewer rounds
@@ -711,11 +759,16 @@ def main() -> None:
     tables += rows
     verdicts += v
     raws += raw("synthetic", res)
+    out = figures("synthetic", res, have)
 
     if args.vllm:
         from support.agreement import quiet_clients
 
-        server, url = start_vllm(work, key)
+        if args.vllm_url:
+            server, url, vkey = None, args.vllm_url.rstrip("/"), os.environ.get("VLLM_API_KEY", "")
+        else:
+            server, url = start_vllm(work, key)
+            vkey = key
         try:
             vplan = Plan(model="tiny", c1_requests=10 if q else 15, c16_per_user=1,
                          throughput=[("vLLM's pace", None, 32)])
@@ -724,14 +777,16 @@ def main() -> None:
                 cm: contextlib.AbstractContextManager[Any] = quiet_clients(url, pids)
                 return cm
 
-            res, have = asyncio.run(run_backend("vLLM CPU tiny", url, key, vplan, litellm, work, vrounds,
+            res, have = asyncio.run(run_backend("vLLM CPU tiny", url, vkey, vplan, litellm, work, vrounds,
                                                 None, None, None if args.free else placement))
         finally:
-            server.stop()
+            if server is not None:
+                server.stop()
         rows, v = table("vLLM CPU tiny", res, have, judge_ttft=False)
         tables += rows
         verdicts += v
         raws += raw("vLLM CPU tiny", res)
+        out += figures("vLLM CPU tiny", res, have, judge_ttft=False)
 
     placement_note = (f"client and synthetic server on CPU {sorted(client_cpus)}, proxies on CPU {sorted(proxy_cpus)}"
                       if pin and client_cpus and proxy_cpus else "no pinning")
@@ -746,6 +801,7 @@ def main() -> None:
     print("\nraw numbers:")
     print("\n".join(raws))
     print(f"\nlogs and databases: {work}")
+    write_rows(args.json_out, "bench_gateway", out)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,11 @@ per address, 4,096 x 64 KiB = 256 MiB over all addresses).
 Usage::
 
     .venv/bin/python benchmarks/bench_gateway_connections.py [--requests 50] [--header-mib 64] [--quick]
-        [--roost-tree DIR]
+        [--roost-tree DIR] [--json OUT]
+
+Rows (``--json``): the memory figures; keyed latency under each attack against no attacker (target: every
+keyed request answered); the oversized header refused (431); the silent connection and the slowloris closed
+at the head deadline.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from _table import Row, add_json_argument, judged, write_rows  # noqa: E402
 from bench_synthetic import start_synthetic  # noqa: E402
 from support.gateway import UPSTREAM_KEY, GatewayProcess, add_key  # noqa: E402
 
@@ -242,14 +247,26 @@ def pct(lat: Latencies) -> str:
     return text
 
 
-def main() -> None:
+def keyed_row(what: str, lat: Latencies, alone: Latencies) -> Row:
+    xs, failed = lat
+    return Row(f"keyed request p50, {what}", "ms", 1e3 * statistics.median(xs), 1e3 * statistics.median(alone[0]),
+               "no attacker", "every keyed request answered", judged(not failed),
+               f"{len(failed)} of {len(xs)} failed (e.g. {failed[0]!r})" if failed else f"max {1e3 * max(xs):.1f} ms")
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=50, help="keyed requests per figure (default 50; --quick 15)")
     ap.add_argument("--header-mib", type=int, default=64, help="size of the oversized header attempt (MiB)")
     ap.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
     ap.add_argument("--roost-tree", type=Path, help="run the gateway from this checkout instead (PYTHONPATH), "
                     "e.g. `git archive HEAD~1 roost | tar -x -C /tmp/before` to measure the code before a change")
-    args = ap.parse_args()
+    add_json_argument(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     n = 15 if args.quick else args.requests
     cap = LIMITS.max_connections_per_client
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-connections-"))
@@ -257,6 +274,7 @@ def main() -> None:
     gw = GatewayProcess(f"sqlite:///{work / 'usage.db'}", [syn.base_url], log_path=work / "gateway.log",
                         extra=["--quiet"], env={"PYTHONPATH": str(args.roost_tree)} if args.roost_tree else None)
     rows: list[tuple[str, str]] = []
+    out: list[Row] = []
     try:
         gw.start()
         assert gw.proc is not None
@@ -283,6 +301,8 @@ def main() -> None:
             over.close()
             rows.append((f"RSS, a peer holding its cap of maximal heads ({cap} x 64 KiB)",
                          f"{grown:.1f} MiB ({grown - base:+.1f}); open {open_count(socks)}/{cap}"))
+            out.append(Row(f"gateway RSS growth, a peer holding its cap of maximal heads ({cap} x 64 KiB)", "MiB",
+                           grown - base, detail=f"{base:.1f} MiB idle"))
             rows.append((f"connection {cap + 1} from that peer", refused or "no answer within 5 s (not refused)"))
             lat_heads_new = keyed_latencies(gw.url, key, n, kept_alive=False)
             heads_open = [open_count(socks)]
@@ -300,6 +320,11 @@ def main() -> None:
                      f"{answer or 'none (waited 10 s after the last byte)'} after {took * 1000:.0f} ms"))
         rows.append((f"a {args.header_mib} MiB header: RSS before / peak sampled / after",
                      f"{before:.1f} / {peak:.1f} / {rss_mib(pid):.1f} MiB ({peak - before:+.1f} at the peak)"))
+        out.append(Row(f"a {args.header_mib} MiB header: bytes the gateway took before its answer", "MiB",
+                       sent / 2**20, target=f"refused (431) at the {LIMITS.max_header_bytes // 1024} KiB head limit",
+                       verdict=judged(" 431 " in f"{answer} "), detail=f"{answer or 'no answer'} after "
+                       f"{took * 1000:.0f} ms; socket buffers included"))
+        out.append(Row(f"a {args.header_mib} MiB header: gateway RSS growth at the peak", "MiB", peak - before))
 
         lat_big, big_attempts = big_headers_during(gw.port, pid, args.header_mib,
                                                    lambda: keyed_latencies(gw.url, key, n, kept_alive=True))
@@ -322,6 +347,10 @@ def main() -> None:
             rows.append((f"  ... a peer holding its cap of maximal heads (held {heads_open[i]}/{cap})", pct(heads)))
         rows.append((f"  ... a peer sending {args.header_mib} MiB headers back to back ({big_attempts} started)",
                      pct(lat_big)))
+        out += [keyed_row("new connection each, a peer holding its cap of idle connections", lat_idle_new, lat_none_new),
+                keyed_row("new connection each, a peer holding its cap of maximal heads", lat_heads_new, lat_none_new),
+                keyed_row(f"kept alive, a peer sending {args.header_mib} MiB headers back to back", lat_big,
+                          lat_none_kept)]
 
         for t in timers:
             t.join()
@@ -329,6 +358,10 @@ def main() -> None:
             secs, got = lifetimes[name]
             what = "a silent connection" if name == "silent" else "a slowloris (1 byte / 0.2 s)"
             rows.append((f"{what}: open for, answer", f"{secs:.2f} s, {got}"))
+            closed = "still open" not in got
+            out.append(Row(f"{what}: open for", "s", secs,
+                           target=f"closed at the {LIMITS.header_timeout_s:g} s head deadline",
+                           verdict=judged(closed and secs <= LIMITS.header_timeout_s + 1), detail=got))
         log = gw.log()
         rows.append(("gateway log lines (warnings) over the run", str(sum(" WARNING " in ln for ln in log.splitlines()))))
     finally:
@@ -344,6 +377,7 @@ def main() -> None:
     for name, value in rows:
         print(f"| {name.ljust(width)} | {value} |")
     print(f"\nlogs: {work}")
+    write_rows(args.json_out, "bench_gateway_connections", out)
 
 
 if __name__ == "__main__":

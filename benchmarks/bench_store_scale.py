@@ -2,6 +2,7 @@
 bucket (moto's server on loopback, ``tests/support/s3.py``: a stand-in for S3, ~5 ms a request).
 
     .venv/bin/python benchmarks/bench_store_scale.py [--sizes 1000,10000,100000] [--repeat 5] [--skip-s3]
+        [--json OUT]
 
 Setup (not timed): a store holding ``N`` runs of 20 models on 10 hosts (200 partitions) as a team's store
 looks just before a compaction: a runs catalog of ``N - 15`` synthetic rows in the real schema
@@ -22,7 +23,8 @@ as before this store version) at the sizes ``--no-catalog-max`` allows (writing 
 takes ten minutes).
 
 Targets at 100,000 runs: baseline lookup under 0.5 s, listing under 2 s, and both growing sub-linearly
-with runs (a ratio 100k/1k far below 100): printed PASS/FAIL.
+with runs (a ratio 100k/1k far below 100): printed PASS/FAIL. Every store must read back the runs it was
+filled with (the partition's count, the newest 50), or the run fails.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # test-only: support.s3 / .store_rows
 
+from _table import Row, add_json_argument, judged, write_rows
 from support import store_rows
 from support.s3 import MotoS3
 from support.samples import spark_run
@@ -60,8 +63,8 @@ HISTORY = 60
 WINDOW = 5
 
 
-def fill(target: ObjectStore, n: int, with_catalog: bool = True) -> tuple[str, str]:
-    """``n`` runs in ``target``; the (repo, host) of the partition the lookups read."""
+def fill(target: ObjectStore, n: int, with_catalog: bool = True) -> tuple[str, str, int]:
+    """``n`` runs in ``target``; the (repo, host) of the partition the lookups read, and its runs."""
     parts = store_rows.partitions(MODELS, HOSTS)
     repo, host = parts[0]
     start = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(days=366, hours=1)  # a year, up to now
@@ -83,7 +86,16 @@ def fill(target: ObjectStore, n: int, with_catalog: bool = True) -> tuple[str, s
                                      "repo_id": repo, "host_name": host, "started_at": end + dt.timedelta(minutes=i)})
         rec = rec.model_copy(update={"points": base.points})
         store.append_run(rec, target)
-    return repo, host
+    return repo, host, len(mine) + TAIL
+
+
+def check_counts(target: ObjectStore, repo: str, host: str, expected: int, n: int) -> None:
+    """The store reads back what it was filled with: the partition's runs, and 50 newest of all."""
+    got = len(store.load_runs(target, model=repo, host=host))
+    newest = len(select_runs(store.load_runs(target), None, None, 50))
+    if got != expected or newest != min(50, n):
+        raise SystemExit(f"the store read back {got} runs of {repo} on {host} (filled {expected}) and {newest} "
+                         f"newest of {n} (expected {min(50, n)})")
 
 
 def baseline_lookup(target: ObjectStore, repo: str, host: str, stats: store.ReadStats) -> Any:
@@ -134,13 +146,18 @@ def timed(fn: Callable[[store.ReadStats], Any], repeat: int) -> tuple[float, sto
     return statistics.median(times), last
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--skip-s3", action="store_true")
     ap.add_argument("--no-catalog-max", type=int, default=10_000, help="largest store measured without a catalog")
-    args = ap.parse_args(argv)
+    add_json_argument(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="roost-store-scale-"))
     print(f"machine: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}; work dir {work}", flush=True)
@@ -163,24 +180,27 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     # a store without a catalog stays without one (no run compacts it while it is filled)
                     catalog.COMPACT_AFTER = 16 if layout == "catalog" else 10**9
-                    repo, host = fill(target, n, with_catalog=layout == "catalog")
+                    repo, host, expected = fill(target, n, with_catalog=layout == "catalog")
                     print(f"{kind} {layout} {n:>7,} runs: filled in {time.perf_counter() - t0:.1f} s", flush=True)
+                    check_counts(target, repo, host, expected, n)
                     for name, fn in operations(target, repo, host).items():
                         results[(f"{kind}, {layout}", name, n)] = timed(fn, args.repeat)
     finally:
         if s3 is not None:
             s3.stop()
-    report(results, sizes)
+    write_rows(args.json_out, "bench_store_scale", report(results, sizes))
     return 0
 
 
-def report(results: dict[tuple[str, str, int], tuple[float, store.ReadStats]], sizes: list[int]) -> None:
+def report(results: dict[tuple[str, str, int], tuple[float, store.ReadStats]], sizes: list[int]) -> list[Row]:
+    """Print the table and the verdicts; the rows of the largest size (and the catalog's worth)."""
     heads = [f"{n:,} runs s" for n in sizes]
     print()
     print("| store | operation | " + " | ".join(heads) + f" | {sizes[-1] // sizes[0]}x runs: time x | "
           f"requests at {sizes[-1]:,} | kB at {sizes[-1]:,} |")
     print("|---|---|" + "---:|" * (len(sizes) + 3))
     verdicts = []
+    rows: list[Row] = []
     for (where, name) in dict.fromkeys((w, o) for w, o, _ in results):
         cells, first = [], None
         for n in sizes:
@@ -197,9 +217,22 @@ def report(results: dict[tuple[str, str, int], tuple[float, store.ReadStats]], s
             if limit is not None:
                 verdicts.append(f"{'PASS' if last[0] < limit else 'FAIL'}: {where}, {name} at {sizes[-1]:,} runs "
                                 f"{last[0]:.3f} s (target < {limit} s), x{ratio} over {sizes[-1] // sizes[0]}x runs")
+            growth = f"x{ratio} over {sizes[-1] // sizes[0]}x runs, {last[1].requests} requests"
+            rows.append(Row(f"{name}, {sizes[-1]:,} runs ({where.removesuffix(', catalog')})", "s", last[0],
+                            target=f"< {limit:g} s" if limit is not None else "",
+                            verdict=judged(last[0] < limit) if limit is not None else "not judged", detail=growth))
+    # what the catalog buys: the newest 50 of the largest store measured without one, with and without it
+    for kind in ("dir", "s3"):
+        bare = [n for n in sizes if (f"{kind}, no catalog", "listing, newest 50", n) in results]
+        if bare and (f"{kind}, catalog", "listing, newest 50", bare[-1]) in results:
+            n = bare[-1]
+            rows.append(Row(f"listing, newest 50, {n:,} runs ({kind}): with the runs catalog vs without", "s",
+                            results[(f"{kind}, catalog", "listing, newest 50", n)][0], reference_name="no catalog",
+                            reference=results[(f"{kind}, no catalog", "listing, newest 50", n)][0]))
     print()
     for v in verdicts:
         print(v)
+    return rows
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ times with the ``local`` profile (the first run cold, the others warm). Measured
 - the store: objects and bytes written per table (the bucket listed before and after), and the benchmark
   requests the landing stored, so the ``requests`` table can be scaled to a recipe profile's benchmark.
 
-    .venv/bin/python benchmarks/bench_team_load.py [--runs 3] [--idle 120]
+    .venv/bin/python benchmarks/bench_team_load.py [--runs 3] [--idle 120] [--json OUT]
 
 Needs the vLLM venv (scripts/bootstrap) and PostgreSQL (``apt-get install postgresql``). ~3 min a landing
 on 2 cores. Query times at team scale are ``bench_store_scale.py``'s.
@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # test-only: support.postgres / .s3
 
+from _table import Row, add_json_argument, write_rows
 from support.postgres import PostgresServer
 from support.s3 import ACCESS_KEY, SECRET_KEY, MotoS3
 
@@ -146,11 +147,16 @@ def planned_requests(bench: Mapping[str, Any]) -> int:
     return s.repeats * (len(s.prompt_lengths) + sum(s.concurrency) * s.requests_per_user)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3, help="landings to trigger (the first is cold)")
     ap.add_argument("--idle", type=float, default=120.0, help="seconds of an idle polling worker to measure")
-    args = ap.parse_args()
+    add_json_argument(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="roost-bench-team-"))
     print(f"scratch: {tmp}")
     with PostgresServer(tmp / "pg", database="prefect") as pg, MotoS3(tmp / "moto") as s3:
@@ -208,10 +214,11 @@ def main() -> None:
                 worker.wait(timeout=60)
             server.terminate()
             server.wait(timeout=60)
-    report(rows, idle)
+    write_rows(args.json_out, "bench_team_load", report(rows, idle))
 
 
-def report(rows: list[dict[str, Any]], idle: dict[str, float]) -> None:
+def report(rows: list[dict[str, Any]], idle: dict[str, float]) -> list[Row]:
+    """Print the figures; the rows of a landing (cold, and the warm median) and of an idle worker."""
     warm = rows[1:] or rows
     med = {k: statistics.median(r[k] for r in warm) for k in (*COUNTERS, "db_bytes", "store_bytes", "seconds",
                                                               "task_runs", "logs", "artifacts", "objects")}
@@ -244,6 +251,19 @@ def report(rows: list[dict[str, Any]], idle: dict[str, float]) -> None:
         per_landing = other + n * per_request
         print(f"store, {name} ({n} requests a landing): ~{per_landing / 1e3:,.0f} kB a landing, "
               f"{landings * per_landing / 1e6:,.0f} MB a month")
+    cold = rows[0]
+    how = f"cold, {cold['seconds']:.0f} s" + (f"; warm median {med['seconds']:.0f} s" if len(rows) > 1 else "")
+    return [
+        Row(f"PostgreSQL transactions per landing ({how})", "", cold["xact_commit"],
+            detail=f"warm median {med['xact_commit']:,.0f}"),
+        Row("PostgreSQL rows inserted + updated per landing (cold)", "", cold["tup_inserted"] + cold["tup_updated"],
+            detail=f"warm median {med['tup_inserted'] + med['tup_updated']:,.0f}"),
+        Row("Prefect database growth per landing (cold)", "MB", cold["db_bytes"] / 1e6,
+            detail=f"warm median {med['db_bytes'] / 1e6:.1f} MB"),
+        Row("results store bytes per landing (cold)", "kB", cold["store_bytes"] / 1e3,
+            detail=f"{cold['objects']} objects; warm median {med['store_bytes'] / 1e3:.0f} kB"),
+        Row("an idle worker polling every 1 s: PostgreSQL transactions", "/s", idle["xact_commit"]),
+    ]
 
 
 if __name__ == "__main__":

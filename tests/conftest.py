@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,43 +65,11 @@ def _stop_temporary_prefect_servers() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def prefect_api(session_dir: Path) -> Iterator[str]:
     """A real ``prefect server start`` on loopback (SQLite in the session dir); sets PREFECT_API_URL."""
-    import httpx
+    from support.prefect_server import PrefectServer, using_api
 
-    from roost.net import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/api"
-    log = (session_dir / "prefect-server.log").open("wb")
-    env = dict(os.environ, PREFECT_SERVER_API_HOST="127.0.0.1", PREFECT_SERVER_API_PORT=str(port),
-               PREFECT_UI_ENABLED="false")
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(f"prefect server exited: see {session_dir / 'prefect-server.log'}")
-        time.sleep(0.5)
-    else:
-        proc.kill()
-        raise RuntimeError("prefect server did not become healthy in 120 s")
-    os.environ["PREFECT_API_URL"] = url
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings(updates={PREFECT_API_URL: url}):
+    with PrefectServer(session_dir / "prefect-server.log") as server, using_api(server.url) as url:
         yield url
         _flush_prefect_logs()
-    os.environ.pop("PREFECT_API_URL", None)
-    os.killpg(proc.pid, 15)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
 
 
 def _flush_prefect_logs() -> None:
@@ -216,7 +182,11 @@ def vllm024_server(tiny_model: Path, session_dir: Path) -> Iterator[Vllm024Serve
     key = "test-key-" + os.urandom(6).hex()
     spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(),
                      # and the demo profile's random-weight settings (roost.profiles.LOCAL), so the probes'
-                     # grammar-constrained answers end before max_tokens
+                     # grammar-constrained answers end before max_tokens. Compiled, not eager, though eager
+                     # starts ~27 s sooner (43 s, not 69 s): test_the_recipes_client_snippet_through_the_gateway
+                     # samples the random-weight model (temperature 0.6, the engine's seed), and eager's logits
+                     # draw a "<think>" into the content it checks has none. The window and the 1 GiB pool
+                     # stay: test_vllm024.py reads their figures in the log.
                      vllm_args=[*VLLM024_PRODUCTION_ARGS, *LOCAL.vllm_overrides, "--max-model-len", "2048"],
                      log_path=session_dir / "vllm024-session.log",
                      # the multiprocess executor, as the 0.32 session server and a Spark run it: 0.24.0 on CPU
@@ -231,6 +201,14 @@ def vllm024_server(tiny_model: Path, session_dir: Path) -> Iterator[Vllm024Serve
                                 server=server, ready=ready, host=host)
     finally:
         server.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Count the vLLM cold starts the run makes, however started (process backend, Docker, ``roost run``,
+    Prefect workers), and print them at its end (``support.coldstarts``)."""
+    from support.coldstarts import ColdStartsPlugin
+
+    config.pluginmanager.register(ColdStartsPlugin([_SESSION_DIR]), "roost-coldstarts")
 
 
 @functools.cache
@@ -285,16 +263,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: 3 if item.path in quiet else 0 if _uses_docker(item.path) else 1 if item.path in slow else 2)
 
 
+_ON_THE_MACHINE = pytest.StashKey[bool]()
+"""Whether this process's tests take the machine lock (``tests/support/machine.py``): it runs tests and
+is registered as doing so (:func:`pytest_sessionstart`)."""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Each process that runs tests (an xdist worker, or the one process of ``-n 0``; not the xdist
+    controller) enters its pid in the machine's registry, so that a quiet test of any run on the machine
+    pauses it (:func:`pytest_runtest_protocol`); the entry goes at exit (a dead pid's entry is stale)."""
+    config = session.config
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # the xdist controller: its workers run the tests
+    import atexit
+
+    from support import machine
+
+    label = f"run {os.environ.get('PYTEST_XDIST_TESTRUNUID', '-')} {os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    config.stash[_ON_THE_MACHINE] = machine.register(label=label)
+    if config.stash[_ON_THE_MACHINE]:
+        atexit.register(machine.unregister)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """A ``quiet`` test (a timing figure judged against another client's or an earlier run's) runs, from
-    its setup to its teardown, while no test of another xdist worker does: the other worker's load makes
-    the clients late by tens of ms (CI: ``vllm bench serve`` read a synthetic 0.30 s TTFT as 0.37 s).
-    One process (``-n 0``) has nothing to share."""
-    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not run_id:
+    its setup to its teardown, while no other test on the machine does, of this run or another, with
+    every other test process on the machine and its servers stopped: the other worker's load makes the
+    clients late by tens of ms (CI: ``vllm bench serve`` read a synthetic 0.30 s TTFT as 0.37 s). What it
+    paused is in the test's report (a ``machine`` section) and in the machine's log. ``-n 0`` takes the
+    lock too: another run on the machine may be measuring. A pytest run inside another's test does not
+    (``support.machine.register``): the outer test holds it."""
+    if not item.config.stash.get(_ON_THE_MACHINE, False):
         return (yield)
     from support.machine import machine
 
-    with machine(item.get_closest_marker("quiet") is not None, run_id):
+    with machine(item.get_closest_marker("quiet") is not None, label=item.nodeid) as pause:
+        if pause is not None:
+            item.add_report_section("setup", "machine", pause.summary())
         return (yield)

@@ -4,9 +4,6 @@ test-only hold deployments. Helpers: ``roost_workers``."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +12,13 @@ from typing import Any
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.exceptions import ObjectNotFound
-from roost_workers import BIN, HOLD_ENTRYPOINT, POOL, REPO, Worker, run_setup, worker_online
+from roost_workers import HOLD_ENTRYPOINT, POOL, REPO, run_setup
+from support import workers
 from support.legacy_blocks import delete_document
 from support.slack import HOOK_SECRET, TOKEN, bot
 from support.slack_receiver import SlackReceiver
+from support.wait import wait_for
+from support.workers import Worker
 
 from blocks.resolve import all_profiles, load_host
 from blocks.slack import SLACK_BLOCK
@@ -31,17 +31,8 @@ def start_worker(prefect_api: str, session_dir: Path) -> Iterator[Callable[[str,
     started: list[Worker] = []
 
     def start(queue: str, name: str) -> Worker:
-        log = session_dir / f"worker-{name}.log"
-        env = dict(os.environ, PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="5",
-                   PREFECT_WORKER_HEARTBEAT_SECONDS="5")
-        proc = subprocess.Popen(
-            [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--work-queue", queue, "--name", name,
-             "--type", "process"],
-            stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
-        w = Worker(name=name, queue=queue, proc=proc, log=log)
-        started.append(w)
-        worker_online(name)
-        return w
+        started.append(workers.start_worker(name, [queue], pool=POOL, log=session_dir / f"worker-{name}.log"))
+        return started[-1]
 
     yield start
     for w in started:
@@ -82,16 +73,15 @@ class CrashAlerts:
 
     def text_mentioning(self, needle: str, timeout_s: float = 90) -> str:
         """The text of the first ``chat.postMessage`` (to C0ROOSTALERTS, with the bot token) mentioning ``needle``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for call in self.receiver.calls("chat.postMessage"):
-                body = call.json()
-                if needle in str(body.get("text", "")):
-                    assert body["channel"] == "C0ROOSTALERTS"
-                    assert call.headers.get("Authorization") == f"Bearer {TOKEN}"
-                    return str(body["text"])
-            time.sleep(1)
-        raise AssertionError(f"no Slack message mentioning {needle} within {timeout_s} s")
+        def mentioning() -> Any:
+            return next((c for c in self.receiver.calls("chat.postMessage")
+                         if needle in str(c.json().get("text", ""))), None)
+
+        call = wait_for(f"a Slack message mentioning {needle}", mentioning, timeout_s=timeout_s, every_s=1)
+        body = call.json()
+        assert body["channel"] == "C0ROOSTALERTS"
+        assert call.headers.get("Authorization") == f"Bearer {TOKEN}"
+        return str(body["text"])
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ asserted comes back through the API (states, logs, artifacts) or from roost's ow
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,14 +30,15 @@ from prefect.client.schemas.filters import (
     FlowRunFilter,
     FlowRunFilterId,
     FlowRunFilterParentFlowRunId,
-    LogFilter,
-    LogFilterFlowRunId,
 )
 from prefect.deployments import run_deployment
 from prefect.states import AwaitingRetry
 from pydantic import SecretStr
-from roost_workers import Worker, run_setup, wait_final
+from roost_workers import run_setup
+from support.flow_logs import run_log_text
 from support.slack import assert_no_secret
+from support.wait import poll, wait_for
+from support.workers import Worker, wait_final
 
 from blocks.profiles import ModelProfileBlock
 from roost.profiles import LOCAL
@@ -84,19 +84,9 @@ def _trigger(name: str, parameters: dict[str, Any]) -> Any:
 
 
 def _wait_for_server(exclude: set[int], timeout_s: float = 900) -> ServerInfo:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = [s for s in process_servers("cpu") if s.pid not in exclude]
-        if found:
-            return found[-1]
-        time.sleep(0.5)
-    raise AssertionError("no vLLM server started on host cpu")
-
-
-def _logs(flow_run_id: Any) -> str:
-    with get_client(sync_client=True) as client:
-        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200)
-    return "\n".join(log.message for log in logs)
+    found = wait_for("a vLLM server started on host cpu",
+                     lambda: [s for s in process_servers("cpu") if s.pid not in exclude], timeout_s=timeout_s)
+    return found[-1]
 
 
 def _artifact_keys(flow_run_id: Any) -> set[str]:
@@ -147,12 +137,7 @@ def _slot_count() -> int:
 
 
 def _wait_slot_free(timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while _slot_count() != 0:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(1)
-    return True
+    return poll(_slot_count, lambda n: n == 0, timeout_s=timeout_s, every_s=1) == 0
 
 
 def test_killed_worker_marks_the_run_crashed(crashed_then_retried: dict[str, Any]) -> None:
@@ -189,7 +174,7 @@ def test_retry_cleans_up_and_completes_with_artifacts(crashed_then_retried: dict
     assert fr.state.is_completed(), fr.state
     assert fr.run_count >= 2
     assert orphan.pid is not None and not _group_alive(orphan.pid)
-    assert f"stopped 1 vLLM server(s) a crashed earlier run left on host cpu (pids [{orphan.pid}])" in _logs(fr.id)
+    assert f"stopped 1 vLLM server(s) a crashed earlier run left on host cpu (pids [{orphan.pid}])" in run_log_text(fr.id)
     keys = _artifact_keys(fr.id)
     assert {f"roost-report-{QUICK}-cpu", f"roost-headline-{QUICK}-cpu",
             f"roost-benchmark-points-{QUICK}-cpu"} <= keys, keys

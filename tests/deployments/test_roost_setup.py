@@ -10,7 +10,6 @@ import datetime as dt
 import itertools
 import json
 import subprocess
-import time
 import uuid
 from types import SimpleNamespace
 from typing import Any, cast
@@ -36,9 +35,11 @@ from prefect.events.schemas.events import ResourceSpecification
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.states import Crashed, Scheduled
 from pydantic import SecretStr
-from roost_workers import BIN, POOL, REPO, ZOMBIE_AFTER_S, run_setup
+from roost_workers import POOL, REPO, ZOMBIE_AFTER_S, run_setup
+from support.cli import roost_exe
 from support.legacy_blocks import LegacySparkHost, delete_document
 from support.slack import HOOK_SECRET, TOKEN, assert_no_secret, bot, hook
+from support.wait import poll
 
 from blocks.hosts import HostBlock
 from blocks.resolve import known_host_names, load_host
@@ -184,16 +185,10 @@ def test_nightly_schedule_next_runs_visible(roost_setup: Any) -> None:
         dep = client.read_deployment_by_name("rebenchmark/cpu")
         assert [(s.schedule.cron, s.schedule.timezone, s.active) for s in dep.schedules] == [  # type: ignore[union-attr]
             ("0 3 * * *", "UTC", True)]
-        deadline = time.monotonic() + 180
-        runs: list[Any] = []
-        while time.monotonic() < deadline:
-            runs = client.read_flow_runs(
-                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])),
-                flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))),
-                sort=FlowRunSort.EXPECTED_START_TIME_ASC)
-            if len(runs) >= 3:
-                break
-            time.sleep(2)
+        runs = poll(lambda: client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC), lambda runs: len(runs) >= 3, timeout_s=180, every_s=2)
     assert len(runs) >= 3, "the scheduler did not create the upcoming runs"
     starts = [r.expected_start_time.astimezone(dt.UTC) for r in runs]
     now = dt.datetime.now(dt.UTC)
@@ -220,8 +215,7 @@ def test_edited_block_is_kept_unless_reset(roost_setup: Any) -> None:
 
 
 def _setup_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "roost"), "setup", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env=env)
+    return roost_exe("setup", *args, timeout=300, cwd=REPO, env=env)
 
 
 @pytest.mark.slow

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from prefect.blocks.system import Secret
 from prefect.client.orchestration import get_client
@@ -41,8 +40,11 @@ from prefect.client.schemas.filters import (
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from pydantic import SecretStr
-from roost_workers import BIN, HOLD_ENTRYPOINT, REPO, Worker, wait_final, worker_online
+from roost_workers import HOLD_ENTRYPOINT, REPO
+from support.cli import ROOST, roost_exe
+from support.prefect_server import PrefectServer
 from support.s3 import ACCESS_KEY, SECRET_KEY, MotoS3
+from support.workers import Worker, start_worker, wait_final
 
 from blocks.hosts import HostBlock
 from blocks.profiles import ModelProfileBlock
@@ -50,7 +52,6 @@ from blocks.resolve import all_profiles, load_host
 from blocks.store import StoreCredentialsBlock
 from deployments.deploy import apply_deployment, build_deployment
 from roost.hosts import CPU
-from roost.net import free_port
 from roost.profiles import LOCAL
 from roost.store import load_runs
 from roost.store.s3 import S3Store
@@ -86,41 +87,12 @@ class Team:
         return S3Store(BUCKET, "results", self.s3.credentials())
 
     def start_worker(self, name: str, *queues: str) -> Worker:
-        log = self.log_dir / f"worker-{name}.log"
-        args = [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--name", name, "--type", "process"]
-        for q in queues:
-            args += ["--work-queue", q]
-        proc = subprocess.Popen(args, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
-                                env=self.env | {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_HEARTBEAT_SECONDS": "5",
-                                                "PREFECT_WORKER_PREFETCH_SECONDS": "5"})
-        w = Worker(name=name, queue=",".join(queues), proc=proc, log=log)
-        self.workers[name] = w
-        worker_online(name, pool=POOL)
-        return w
+        self.workers[name] = start_worker(name, queues, pool=POOL, log=self.log_dir / f"worker-{name}.log", env=self.env)
+        return self.workers[name]
 
     def roost(self, *args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
         """The installed ``roost`` in a shell of the team's (no worker): the server, the store and its block."""
-        return subprocess.run([str(BIN / "roost"), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                              env=self.env)
-
-
-def _prefect_server(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/api"
-    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-                            env=env | {"PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(port),
-                                       "PREFECT_UI_ENABLED": "false"})
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        if proc.poll() is not None:
-            raise RuntimeError(f"prefect server on PostgreSQL exited: {log.read_text()[-3000:]}")
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("prefect server on PostgreSQL did not become healthy in 180 s")
+        return roost_exe(*args, cwd=REPO, timeout=timeout, env=self.env)
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +101,9 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     saved_env = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "ROOST_HOME")}
     with PostgresServer(base / "pg", database="prefect") as pg, MotoS3(base / "moto") as s3:
         s3.create_bucket(BUCKET)
-        server_env = dict(os.environ)
-        server_env.pop("PREFECT_API_URL", None)
-        server_env["PREFECT_API_DATABASE_CONNECTION_URL"] = pg.url("prefect", driver="postgresql+asyncpg")
-        proc, api = _prefect_server(server_env, base / "prefect-pg.log")
+        server = PrefectServer(base / "prefect-pg.log", timeout_s=180, env={
+            "PREFECT_API_DATABASE_CONNECTION_URL": pg.url("prefect", driver="postgresql+asyncpg")}).start()
+        api = server.url
         home = base / "home"
         env = dict(os.environ, PREFECT_API_URL=api, ROOST_HOME=str(home), ROOST_RESULTS_DIR=str(base / "local-results"),
                    ROOST_RESULTS_STORE_CREDENTIALS=CREDENTIALS)
@@ -156,9 +127,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
             for w in t.workers.values():
                 w.stop()
             _reap(home)
-            os.killpg(proc.pid, 15)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)
+            server.stop()
             for k, v in saved_env.items():
                 if v is None:
                     os.environ.pop(k, None)
@@ -239,7 +208,7 @@ def first_sweep(team: Team) -> dict[str, Any]:
     """``roost sweep`` from a shell of the team's; the worker landing the third variant is killed once it
     serves. Returns the sweep's JSON, the two concurrent landings and what was killed."""
     env = team.env
-    proc = subprocess.Popen([str(BIN / "roost"), "sweep", "--profile", QUICK, *[f"--grid={g}" for g in GRID],
+    proc = subprocess.Popen([ROOST, "sweep", "--profile", QUICK, *[f"--grid={g}" for g in GRID],
                              "--hosts", ",".join(HOSTS), "--json"], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     killed = ""
@@ -277,7 +246,7 @@ def test_two_workers_land_at_once_into_the_shared_store(team: Team, first_sweep:
     mine = runs[runs["prefect_flow_run_id"].isin([str(first.id), str(second.id)])]
     assert sorted(mine["host_name"]) == sorted(HOSTS) and set(mine["status"]) == {"completed"}
     # a third shell with no worker: the server's credentials block and the store URL only
-    listing = subprocess.run([str(BIN / "roost"), "results", "--store", STORE, "--json"], cwd=REPO, capture_output=True,
+    listing = subprocess.run([ROOST, "results", "--store", STORE, "--json"], cwd=REPO, capture_output=True,
                              text=True, timeout=300, env={**team.env, "ROOST_HOME": str(team.log_dir / "laptop")})
     assert listing.returncode == 0, listing.stderr
     listed = {r["prefect_flow_run_id"]: r["host_name"] for r in json.loads(listing.stdout)}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from prefect.deployments import run_deployment
-from roost_workers import Worker, wait_final
+from support.workers import Worker, wait_final
 
 pytestmark = pytest.mark.slow
 

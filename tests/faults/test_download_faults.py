@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,12 +26,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.cli import ROOST
 from support.hub import HubProxy, RangeHub, local_hub, shard_name, write_checkpoint_files
 
 from roost.hub._local_folder import Fingerprint, partial_dir
 from roost.hub.mirror import HubMirror
 
-ROOST = str(Path(sys.executable).parent / "roost")
 REPO = "acme/faulty"
 BIG = 6_000_000
 

@@ -26,6 +26,7 @@ import httpx
 import pytest
 from bench_synthetic import Synthetic, start_synthetic
 from support.gateway import UPSTREAM_KEY, GatewayProcess, add_key, usage_rows
+from support.wait import apoll, poll
 
 from roost.gateway.config import GatewayConfig
 from roost.gateway.db import SQLITE_PRAGMAS
@@ -117,9 +118,7 @@ def test_a_locked_database_delays_answers_within_a_bound_and_loses_no_usage_row(
         holder.execute("ROLLBACK")
         holder.close()
     # the running gateway commits its rows late; the restarted one commits what the stopped one kept
-    deadline = time.monotonic() + 15
-    while {r["request_id"] for r in usage_rows(db)} < ids[a] and time.monotonic() < deadline:
-        time.sleep(0.2)
+    poll(lambda: {r["request_id"] for r in usage_rows(db)}, lambda seen: not seen < ids[a], timeout_s=15, every_s=0.2)
     assert {r["request_id"] for r in usage_rows(db)} == ids[a], a.log()
     assert httpx.get(f"{a.url}/health", timeout=5).json()["usage_pending"] == 0
     b.start()
@@ -167,9 +166,7 @@ def test_rows_a_gateway_stopping_while_postgresql_is_away_could_not_write_are_wr
         writer.start()
         for row in rows:
             writer.submit(dict(row))
-        deadline = time.monotonic() + 10
-        while not writer.failing and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await apoll(lambda: writer.failing, timeout_s=10, every_s=0.05)
         assert writer.failing and writer.pending == 3
         started = time.monotonic()
         await writer.close()
@@ -188,9 +185,7 @@ def test_rows_a_gateway_stopping_while_postgresql_is_away_could_not_write_are_wr
             await db.insert_usage([rows[0]])  # as if the batch in flight had committed on its way out
             writer = UsageWriter(db)
             writer.start()
-            deadline = time.monotonic() + 20
-            while folder.exists() and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await apoll(folder.exists, lambda there: not there, timeout_s=20, every_s=0.05)
             stored = await db.usage_rows()
             await writer.close()
             await db.close()

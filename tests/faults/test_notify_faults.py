@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 from prefect import flow
+from support.flow_logs import run_logs, send_queued_logs
 from support.samples import earlier_runs, failed_run
 from support.slack import TOKEN, assert_no_secret, bot, hook, regressed
 from support.slack_receiver import Fault, SlackReceiver
+from support.wait import poll
 
 from blocks.slack import SLACK_BLOCK, SlackNotifier
 from roost import store
@@ -57,19 +59,9 @@ def notify_block(prefect_api: str, slack_receiver: SlackReceiver) -> Iterator[Sl
 
 def notify_flow_logs(flow_run_id: Any) -> list[str]:
     """The flow run's log lines as the Prefect server has them (the UI's Logs tab)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-    from prefect.logging.handlers import APILogHandler
-
-    APILogHandler().flush()
-    with get_client(sync_client=True) as client:
-        deadline = time.monotonic() + 15
-        while True:
-            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-            lines = [f"{log.level} {log.message}" for log in logs]
-            if any("Slack" in line for line in lines) or time.monotonic() > deadline:
-                return lines
-            time.sleep(0.2)
+    send_queued_logs()
+    return poll(lambda: [f"{log.level} {log.message}" for log in run_logs(flow_run_id)],
+                lambda lines: any("Slack" in line for line in lines), timeout_s=15, every_s=0.2)
 
 
 def notify_task_seconds(flow_run_id: Any) -> float:

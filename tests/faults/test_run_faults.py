@@ -21,9 +21,9 @@ The worker killed mid-run is tested in ``tests/deployments/test_land_deployment.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -35,16 +35,18 @@ from typing import Any
 import httpx
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Cancelling
-from support.processes import stop_group, vllm_processes
+from support.processes import vllm_processes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deployments"))
-from roost_workers import BIN, POOL, REPO, Worker, run_setup, wait_final, worker_online
+from roost_workers import POOL, run_setup
+from support.flow_logs import run_log_text
+from support.prefect_server import PrefectServer, using_api
+from support.wait import verdict, wait_for
+from support.workers import Worker, start_worker, wait_final
 
-from roost.net import free_port
 from roost.profiles import LOCAL
 from roost.serve.probes import probes_for
 from roost.serve.process import process_servers
@@ -67,37 +69,9 @@ PROBES = len(probes_for(["--reasoning-parser", str(LOCAL.reasoning_parser), "--t
 MEASURED = 1 + PROBES + 2
 """Finished requests when the first measured one is done: the health-wait's, the probes' (reasoning, tool,
 structured), the warm-up's, it."""
-
-
-class PrefectServer:
-    """``prefect server start`` on loopback with its own ``PREFECT_HOME`` (so its own SQLite database),
-    which can be stopped and started again on the same port and database."""
-
-    def __init__(self, home: Path) -> None:
-        self.home, self.port = home, free_port()
-        self.url = f"http://127.0.0.1:{self.port}/api"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-        env |= {"PREFECT_HOME": str(self.home), "PREFECT_SERVER_API_HOST": "127.0.0.1",
-                "PREFECT_SERVER_API_PORT": str(self.port), "PREFECT_UI_ENABLED": "false"}
-        with (self.home / "server.log").open("ab") as log:
-            self.proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
-                                          "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, start_new_session=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            assert self.proc.poll() is None, f"prefect server exited: see {self.home / 'server.log'}"
-            time.sleep(0.3)
-        raise AssertionError("prefect server did not answer /health in 120 s")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_group(self.proc, 30)
+SLOT_READS = 3
+"""Reads of the host slot's count the sampler must have made while each server was up (A's after the
+Prefect restart, B's): "never two holders" is judged on them, not on a sampler that read nothing."""
 
 
 @pytest.fixture(scope="module")
@@ -106,37 +80,20 @@ def own_prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectSer
     this process and every worker it starts talk to it until the module ends."""
     from blocks.profiles import ModelProfileBlock
 
-    server = PrefectServer(tmp_path_factory.mktemp("prefect-faults"))
-    server.start()
-    before = os.environ.get("PREFECT_API_URL")
-    os.environ["PREFECT_API_URL"] = server.url
-    try:
-        with temporary_settings(updates={PREFECT_API_URL: server.url}):
-            ModelProfileBlock.from_profile(LOCAL.model_copy(update={
-                "name": PROFILE, "bench": BENCH, "evals": [],
-                "vllm_overrides": [*LOCAL.vllm_overrides, "--enforce-eager"]})).save(PROFILE, overwrite=True)
-            run_setup()  # the land/cpu deployment (its form lists fault-quick), the host limits, the automations
-            yield server
-    finally:
-        if before is None:
-            os.environ.pop("PREFECT_API_URL", None)
-        else:
-            os.environ["PREFECT_API_URL"] = before
-        server.stop()
+    home = tmp_path_factory.mktemp("prefect-faults")  # its own PREFECT_HOME, so its own SQLite database
+    with PrefectServer(home / "server.log", env={"PREFECT_HOME": str(home)}) as server, using_api(server.url):
+        ModelProfileBlock.from_profile(LOCAL.model_copy(update={
+            "name": PROFILE, "bench": BENCH, "evals": [],
+            "vllm_overrides": [*LOCAL.vllm_overrides, "--enforce-eager"]})).save(PROFILE, overwrite=True)
+        run_setup()  # the land/cpu deployment (its form lists fault-quick), the host limits, the automations
+        yield server
 
 
 @pytest.fixture(scope="module")
 def worker(own_prefect: PrefectServer, session_dir: Path) -> Iterator[Worker]:
     """One process worker on the cpu queue: it runs both landings at once, each in its own process."""
-    log = session_dir / "worker-faults.log"
-    env = dict(os.environ, PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="5",
-               PREFECT_WORKER_HEARTBEAT_SECONDS="5")
-    proc = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--work-queue", HOST,
-                             "--name", "worker-faults", "--type", "process"],
-                            stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
-    w = Worker(name="worker-faults", queue=HOST, proc=proc, log=log)
+    w = start_worker("worker-faults", [HOST], pool=POOL, log=session_dir / "worker-faults.log")
     try:
-        worker_online(w.name)
         yield w
     finally:
         w.stop()
@@ -146,7 +103,8 @@ def worker(own_prefect: PrefectServer, session_dir: Path) -> Iterator[Worker]:
 class Sample:
     t: float
     servers: list[int]  # pids of the session's live vLLM API servers
-    slot: int | None  # the host slot's count (None: the API did not answer)
+    slot: int | None  # the host slot's count (None: the API did not answer; ``error`` says why)
+    error: str = ""
 
 
 @dataclass
@@ -162,11 +120,25 @@ class Sampler:
                 # the time the servers were listed: the slot's query after it can take seconds on a loaded
                 # machine, and a sample stamped after it would place what it saw too late
                 t, pids = time.monotonic(), _vllm_pids()
-                slot = None
-                with contextlib.suppress(Exception), get_client(sync_client=True) as client:
-                    slot = client.read_global_concurrency_limit_by_name(host_limit_name(HOST)).active_slots
-                self.samples.append(Sample(t, pids, slot))
+                slot, error = None, ""
+                try:  # the Prefect server is down for a while on purpose: a failed read is a sample without a count
+                    with get_client(sync_client=True) as client:
+                        slot = client.read_global_concurrency_limit_by_name(host_limit_name(HOST)).active_slots
+                except Exception as exc:
+                    error = type(exc).__name__
+                self.samples.append(Sample(t, pids, slot, error))
                 self.done.wait(0.3)
+
+    def reads(self, pid: int, after: float = 0.0) -> list[int]:
+        """The slot counts read in samples that listed server ``pid`` (taken after ``after``)."""
+        return [s.slot for s in self.samples if pid in s.servers and s.t > after and s.slot is not None]
+
+    def has_read(self, pid: int, after: float = 0.0) -> bool | None:
+        """True once :data:`SLOT_READS` counts were read while server ``pid`` was listed; False if it is gone
+        first; None meanwhile (a :func:`verdict` check)."""
+        if len(self.reads(pid, after)) >= SLOT_READS:
+            return True
+        return None if os.path.exists(f"/proc/{pid}") else False
 
 
 def _vllm_pids() -> list[int]:
@@ -186,32 +158,8 @@ def _vllm_pids() -> list[int]:
     return out
 
 
-def _logs(flow_run_id: Any) -> str:
-    """Every log line of the flow run so far (the server's own lines too: hundreds)."""
-    lines: list[str] = []
-    with get_client(sync_client=True) as client:
-        while page := client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200,
-                                       offset=len(lines)):
-            lines += [log.message for log in page]
-    return "\n".join(lines)
-
-
-def _wait(what: str, check: Any, timeout_s: float = RUN_TIMEOUT_S, every_s: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if found := check():
-            return found
-        time.sleep(every_s)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
-
-
-def _until(check: Any, timeout_s: float, every_s: float = 0.5) -> bool:
-    """``check``'s verdict once it gives one (True or False; None is "not yet"), False after ``timeout_s``:
-    a test asserts it, with its own message."""
-    deadline = time.monotonic() + timeout_s
-    while (verdict := check()) is None and time.monotonic() < deadline:
-        time.sleep(every_s)
-    return bool(verdict)
+_logs = run_log_text  # every log line of the flow run so far (the server's own lines too: hundreds)
+_wait = functools.partial(wait_for, timeout_s=RUN_TIMEOUT_S, every_s=0.2)
 
 
 def _new_server(exclude: set[int]) -> Any:
@@ -251,11 +199,14 @@ def scenario(own_prefect: PrefectServer, worker: Worker) -> dict[str, Any]:
             up = os.path.exists(f"/proc/{first.pid}")  # looked at after the log was read
             return said and up if said or not up else None
 
-        b_waiting = _until(b_said_it_waits, B_WAITS_S)
+        b_waiting = verdict(b_said_it_waits, timeout_s=B_WAITS_S)
+        # the slot read while A serves after the restart (one read can take seconds under load): judged by the test
+        verdict(lambda: sampler.has_read(first.pid, up_at), timeout_s=RUN_TIMEOUT_S)
         with contextlib.suppress(ProcessLookupError):  # gone already: B never said it waited, and that test says so
             os.kill(first.pid, signal.SIGKILL)
         fa = wait_final(a.id, RUN_TIMEOUT_S)
         second = _wait("B's vLLM server", lambda: _new_server({first.pid}))
+        verdict(lambda: sampler.has_read(second.pid), timeout_s=RUN_TIMEOUT_S)  # ... and while B's server loads
         with get_client(sync_client=True) as client:  # B has shown it could start: no second cold load is paid
             client.set_flow_run_state(b.id, Cancelling(message="the fault test has seen what it needed"))
         fb = wait_final(b.id, RUN_TIMEOUT_S)
@@ -266,7 +217,8 @@ def scenario(own_prefect: PrefectServer, worker: Worker) -> dict[str, Any]:
         sampler.done.set()
         watcher.join(timeout=10)
     return {"a": fa, "b": fb, "first": first, "second": second, "b_waiting": b_waiting,
-            "restart": (stopped_at, up_at), "samples": sampler.samples, "left": left, "after": after}
+            "restart": (stopped_at, up_at), "samples": sampler.samples, "sampler": sampler, "left": left,
+            "after": after}
 
 
 def _stored(flow_run_id: Any) -> Any:
@@ -278,9 +230,17 @@ def test_two_landings_on_one_host_never_serve_at_once(scenario: dict[str, Any]) 
     """Never two vLLM servers (nor two slot holders) at once: the second run waited, saying so, while the
     first one served, and started its server only once the first one's was gone."""
     samples: list[Sample] = scenario["samples"]
+    sampler: Sampler = scenario["sampler"]
     assert max(len(s.servers) for s in samples) == 1, [s for s in samples if len(s.servers) > 1][:3]
-    assert all(s.slot is None or s.slot <= 1 for s in samples)
     first, second = scenario["first"].pid, scenario["second"].pid
+    # the slot was read while each run served (A across the Prefect restart), and held by one run only: the
+    # restarted server forgot A's lease but kept its count, so B could not enter
+    _, up_at = scenario["restart"]
+    reads = {"A after the restart": sampler.reads(first, up_at), "B": sampler.reads(second)}
+    failed = sorted({s.error for s in samples if s.slot is None})
+    assert all(len(r) >= SLOT_READS for r in reads.values()), (reads, f"failed reads: {failed}")
+    assert all(1 in r for r in reads.values()), reads
+    assert all(s.slot <= 1 for s in samples if s.slot is not None), [s for s in samples if (s.slot or 0) > 1][:3]
     first_seen = [s.t for s in samples if first in s.servers]
     second_seen = [s.t for s in samples if second in s.servers]
     assert first_seen and second_seen and max(first_seen) < min(second_seen)

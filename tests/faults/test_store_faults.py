@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from prefect import flow
+from support.cli import ROOST
 from support.samples import spark_run
 
 from roost import store
@@ -31,7 +31,6 @@ from roost.store.layout import slug
 from roost.store.objects import LocalStore, StoreFull
 
 REPO = Path(__file__).resolve().parents[2]
-ROOST = Path(sys.executable).parent / "roost"
 DISK_BYTES = 2 * 1024 * 1024
 
 
@@ -165,7 +164,7 @@ def test_a_landing_whose_results_disk_is_full_fails_saying_so_and_loses_nothing_
         pending = home / "pending-results" / slug(str(root))
         assert f"kept in {pending}" in message and "`roost results push`" in message
         assert any(p.name == f"{run_id}.parquet" for p in pending.rglob("*"))
-        push = subprocess.run([str(ROOST), "results", "--dir", str(root), "push"], capture_output=True, text=True,
+        push = subprocess.run([ROOST, "results", "--dir", str(root), "push"], capture_output=True, text=True,
                               timeout=120, cwd=REPO)
         assert push.returncode == 0, push.stderr
         assert "uploaded" in push.stdout and not pending.exists()
@@ -243,7 +242,7 @@ def test_roost_results_lists_every_run_around_stray_files_and_names_them(tmp_pat
     strays = store_strays(root)
     ids = [spark_run(day=d).meta.run_id for d in (1, 2, 3)]
     env = {k: v for k, v in os.environ.items() if k != "ROOST_RESULTS_STORE"}
-    listing = subprocess.run([str(ROOST), "results", "--dir", str(root)], capture_output=True, text=True,
+    listing = subprocess.run([ROOST, "results", "--dir", str(root)], capture_output=True, text=True,
                              timeout=120, cwd=REPO, env=env)
     assert listing.returncode == 0, listing.stderr
     assert [line.split()[0] for line in listing.stdout.splitlines()[2:5]] == ids

@@ -14,23 +14,21 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import ROOST
+from support.errors import assert_one_line_error
 from support.processes import vllm_processes
-from support.samples import check_decode
+from support.samples import check_decode_records
 from support.slack import HOOK_SECRET, TOKEN, assert_no_secret, bot
 from support.slack_receiver import SlackReceiver
 
 from roost.catalogue import fmt_value
 
 pytestmark = pytest.mark.slow
-
-ROOST = str(Path(sys.executable).parent / "roost")
 
 
 def _run_roost(*args: str, timeout: int = 1200, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -106,7 +104,12 @@ def test_the_servers_capabilities_are_probed_after_the_health_wait(first_run: di
     assert all(p["ok"] and p["status_code"] == 200 and p["latency_s"] > 0 for p in probes), probes
 
 
-def test_measures_real_ttft_and_decode(first_run: dict[str, Any]) -> None:
+def test_measures_real_ttft_and_records_every_decode_timing_exactly(first_run: dict[str, Any]) -> None:
+    """TTFT, prefill and aggregate rates are measured at every point. Decode timings are checked as exact
+    records (``check_decode_records``): counted, or counted unmeasurable with the reason. That any decode was
+    timed is not claimed here: a busy CPU can deliver every request of a point in one burst and a landing
+    is not run again; the local profile's decode timing is proven where it is re-measured until judged
+    (``tests/roost/bench/test_bench_vs_vllm.py``, the local-profile test)."""
     points = first_run["points"]
     kinds = {(p["kind"], p["prompt_tokens"] if p["kind"] == "prompt_length" else p["concurrency"]) for p in points}
     assert {("prompt_length", 128), ("prompt_length", 1024), ("concurrency", 1), ("concurrency", 4)} <= kinds
@@ -115,16 +118,23 @@ def test_measures_real_ttft_and_decode(first_run: dict[str, Any]) -> None:
         for metric in ("ttft_s", "prefill_tok_s", "output_tok_s"):
             value = p[metric]["median"]
             assert value is not None and math.isfinite(value) and value > 0, (metric, p)
-        check_decode(p)  # a request a busy CPU flushed in one burst is counted unmeasurable, not timed
+        check_decode_records(p)  # a request a busy CPU flushed in one burst is counted unmeasurable, not timed
     # Whether 4 users' aggregate throughput beats one user's is a speed figure, the benchmarks' to measure:
     # on two cores shared with another test's vLLM cold start either point can be the slower (CI and here:
     # 61 tok/s at 4 users, 71 at 1). That the 4 users ran at once is vLLM's own account, below
     # (test_the_cap_reaches_vllm_and_requests_queue_past_it: two ran and two queued).
 
 
-def test_token_counts_and_decode_rates_agree_with_vllms_own_counters(first_run: dict[str, Any]) -> None:
+def test_token_counts_and_decode_records_agree_with_vllms_own_counters(first_run: dict[str, Any]) -> None:
     """Checked against vLLM, not against roost's own formula: the engine's generated-token counter and
-    its per-request TPOT histogram (``/metrics`` scraped before and after each point)."""
+    its per-request TPOT histogram (``/metrics`` scraped before and after each point) count exactly the
+    requests and tokens roost's records do, and roost's TPOT holds exactly the requests it could time.
+
+    Whether roost's TPOT *agrees* with vLLM's is a timing figure: a busy CPU delays the API server's
+    delivery (a point's arrival window shortened, or every token of a request in one burst), and a
+    landing cannot be measured again. It is judged by the local profile's benchmark against the same
+    histogram where a run is repeated until enough points are judged (``tests/roost/bench/
+    test_bench_vs_vllm.py::test_prompts_are_exact_and_the_local_profile_agrees_with_vllms_own_account``)."""
     import pandas as pd
 
     results = Path(os.environ["ROOST_RESULTS_DIR"])
@@ -136,8 +146,11 @@ def test_token_counts_and_decode_rates_agree_with_vllms_own_counters(first_run: 
         rows = reqs[reqs["point"] == i]
         assert len(rows) == p["requests"] == delta["request_tpot_count"], p
         assert delta["generation_tokens"] == rows["completion_tokens"].sum() == p["requests"] * 64, p
-        if p["unmeasurable"] == 0:  # tokens streamed one by one (not bunched by a stalled API server)
-            assert p["tpot_s"]["mean"] == pytest.approx(delta["request_tpot_s_mean"], rel=0.1), p
+        # roost's TPOT: exactly the rows it could time (the others counted unmeasurable, with the reason)
+        timed = rows[rows["unmeasurable_reason"] == ""]
+        assert p["tpot_s"]["count"] == len(timed) == p["requests"] - p["unmeasurable"], p
+        # and its mean is those rows' own TPOT (the same requests and formula; none when none could be timed)
+        assert p["tpot_s"]["mean"] == (pytest.approx(timed["tpot_s"].mean(), rel=1e-9) if len(timed) else None), p
 
 
 def test_the_cap_reaches_vllm_and_requests_queue_past_it(first_run: dict[str, Any]) -> None:
@@ -326,8 +339,7 @@ def test_second_run_reuses_cached_stages_and_repairs_a_half_written_compile_cach
 
 def test_unknown_profile_is_one_line_exit_2() -> None:
     res = _run_roost("run", "--profile", "nope")
-    assert res.returncode == 2
-    [line] = res.stderr.strip().splitlines()
+    line = assert_one_line_error(res.returncode, res.stderr)
     # with a Prefect server (PREFECT_API_URL), saved model-profile documents are offered too
     assert line.startswith("roost: error: unknown model profile 'nope': choose one of ")
     assert all(name in line for name in ("local", "ornith-1.5-35b-a3b-nvfp4", "ornith-35b", "ornith-9b"))
@@ -340,8 +352,16 @@ def test_port_in_use_is_one_line_exit_2() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         res = _run_roost("run", "--port", str(s.getsockname()[1]))
-    assert res.returncode == 2
-    assert len(res.stderr.strip().splitlines()) == 1 and "already in use" in res.stderr
+    assert_one_line_error(res.returncode, res.stderr, "already in use")
+
+
+def _flow_run_count() -> int:
+    """Flow runs the session's Prefect server holds that no deployment made (what ``roost run`` starts)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterDeploymentId
+
+    with get_client(sync_client=True) as client:
+        return client.count_flow_runs(flow_run_filter=FlowRunFilter(deployment_id=FlowRunFilterDeploymentId(is_null_=True)))
 
 
 def test_a_kv_pool_too_small_is_refused_before_vllm_starts(prefect_api: str) -> None:
@@ -352,7 +372,7 @@ def test_a_kv_pool_too_small_is_refused_before_vllm_starts(prefect_api: str) -> 
     from roost.store import load_records
 
     before = len(load_records(model=LOCAL.repo_id))
-    t0 = time.monotonic()
+    runs_before = _flow_run_count()
     res = _run_roost("run", "--no-notify", "--vllm-arg=--kv-cache-memory-bytes=1048576")
     assert res.returncode == 1, res.stderr[-3000:]
     assert "Traceback" not in res.stdout + res.stderr
@@ -360,7 +380,7 @@ def test_a_kv_pool_too_small_is_refused_before_vllm_starts(prefect_api: str) -> 
     assert re.fullmatch(r"roost: error: --vllm-arg --kv-cache-memory-bytes=1048576: vLLM would not start local "
                         r"with it: a 1,048,576-byte KV pool cannot hold one [\d,]+-token request; use "
                         r"--kv-cache-memory-bytes \d+ or more", res.stderr.strip())
-    assert time.monotonic() - t0 < 30  # a flow run (Prefect, the demo's Hub) is not even started
+    assert _flow_run_count() == runs_before  # no flow run (Prefect, the demo's Hub) was even started
     assert vllm_processes() == []
     assert len(load_records(model=LOCAL.repo_id)) == before
 

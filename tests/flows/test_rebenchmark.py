@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.samples import check_decode
+from support.samples import check_decode_records
 
 from roost.errors import UserError
 from roost.hosts import CPU
@@ -101,7 +101,7 @@ def test_benchmarks_what_the_host_serves(blocks: None, vllm_server: Any, earlier
     assert {(p["kind"], p["prompt_tokens"], p["concurrency"]) for p in points} >= {("prompt_length", 128, 1)}
     for p in points:
         assert p["errors"] == 0 and p["ttft_s"]["median"] > 0
-        check_decode(p)
+        check_decode_records(p)
     assert record["report_path"]
 
 

@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.cli import ROOST
+
 REPO = Path(__file__).resolve().parents[2]
-ROOST = REPO / ".venv" / "bin" / "roost"
 ADDRESS_SPACE_CAP = 6 * 1024**3
 """RLIMIT_AS of every case: far above what roost needs (its imports reserve ~1.5 GiB of address space)."""
 
@@ -53,7 +54,7 @@ def run_roost(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout
     """``roost *argv`` in ``cwd`` with exactly ``env``; killed after ``timeout_s``."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen([str(ROOST), *argv], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        proc = subprocess.Popen([ROOST, *argv], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                                 stdout=out, stderr=err, env=dict(env), cwd=cwd, preexec_fn=_limits)
         if stdin is not None:
             assert proc.stdin is not None

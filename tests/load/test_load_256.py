@@ -35,7 +35,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,11 +43,11 @@ from typing import Any
 import httpx
 import pytest
 from bench_synthetic import Synthetic, start_synthetic
+from support.cli import ROOST
 from support.gateway import UPSTREAM_KEY, GatewayProcess, add_key, usage_rows, wait_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 
-ROOST = str(Path(sys.executable).parent / "roost")
 STREAMS, TOKENS, RATE, PROMPT = 256, 64, 10.0, 64
 TOLERANCE = 0.01
 

@@ -316,16 +316,49 @@ def _means(before: dict[str, float], after: dict[str, float]) -> dict[str, float
     return {"ttft": mean("time_to_first_token_seconds"), "tpot": mean("request_time_per_output_token_seconds")}
 
 
-@pytest.mark.slow
-@pytest.mark.quiet  # a baseline and a 4th run made under another test's load differ by that load
-def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_server: Any) -> None:
-    """roost's real benchmark against the session's vLLM server, 3 times directly, then once through a
-    proxy that holds every streamed event back 100 ms (the server slowed on purpose), then a 4th time directly.
+DIRECT_TRIES = 8  # direct runs (~1 s each) to get the three with a decode rate a verdict needs
+NORMAL_TRIES = 5  # normal runs judged (~1 s each, with the direct run after it) before a flag on every one fails
 
-    The 4th run is "normal" by roost's setup, but two cores shared with everything else can slow the server
-    itself between runs (CI: decode -32% on a run made as the baseline's were). So a flag on the 4th run is
-    judged against vLLM's own account of the same runs (its TTFT and TPOT histograms): a flag vLLM's
-    account shows too is the machine having slowed, a flag it does not show is a false alarm and fails."""
+
+def _nearest_rated(timeline: list[tuple[str, RunRecord]], at: int, n: int = 3) -> list[RunRecord]:
+    """The ``n`` direct runs with a decode rate nearest ``timeline[at]`` in time (before or after it; the
+    earlier first on a tie): the baseline a normal run is judged against."""
+    rated = [i for i, (role, r) in enumerate(timeline) if role == "direct" and r.points[0].decode_tok_s.median]
+    return [timeline[i][1] for i in sorted(sorted(rated, key=lambda i: (abs(i - at), i))[:n])]
+
+
+def _last(record: RunRecord, after: list[RunRecord]) -> RunRecord:
+    """``record`` dated after every run of ``after``: compare() judges a run against earlier runs only."""
+    latest = max(r.meta.started_at for r in after)
+    return record.model_copy(update={"meta": record.meta.model_copy(update={"started_at": latest + dt.timedelta(minutes=1)})})
+
+
+def _figures(r: RunRecord, account: dict[str, dict[str, float]]) -> str:
+    (p,) = r.points
+    own = account[r.meta.run_id]
+    return (f"{r.meta.run_id}: decode {p.decode_tok_s.median} tok/s (min {p.decode_tok_s.min}, max {p.decode_tok_s.max}, "
+            f"{p.unmeasurable} unmeasurable), TTFT {p.ttft_s.median} s; vLLM's own TTFT {own['ttft']:.4f} s, "
+            f"TPOT {own['tpot']:.5f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.quiet  # a baseline and a normal run made under another test's load differ by that load
+def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_server: Any) -> None:
+    """roost's real benchmark against the session's vLLM server: direct runs until three have a decode rate
+    (a run whose every token came in a burst has none; at most ``DIRECT_TRIES``, then the test fails with
+    their figures), then one through a proxy that holds every streamed event back 100 ms (the server slowed
+    on purpose), which must be flagged.
+
+    Then normal runs, made as the direct ones were, interleaved with more direct runs (N D N D ...): each is
+    judged against the three rated direct runs nearest it in time, before and after it, so a machine whose
+    speed drifts between runs (two cores shared with everything else: CI once saw decode -32% on a run made
+    as the baseline's were) moves the normal run and its baseline alike. A normal run must have a decode rate
+    and must not be flagged; one that is (other work on the model worker's CPU during its second: with
+    eight other sessions' load on this machine, 4 of 14 direct runs decoded 7% slower than their neighbours,
+    2 of 16 had every token in bursts; a normal machine passes on the first try) is measured again, up to
+    ``NORMAL_TRIES``, and a flag on every try fails with every run's figures. vLLM's own account of the same
+    requests (its TTFT and TPOT histograms) is printed beside roost's: it explains a flag, it never excuses
+    one."""
     from urllib.parse import urlsplit
 
     from support.agreement import quiet_clients
@@ -333,38 +366,57 @@ def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_serv
 
     from roost.bench.sweep import BenchSettings, run_benchmark
 
-    settings = BenchSettings(prompt_lengths=[64], concurrency=[], output_tokens=24, repeats=3, warmup=1,
+    # 64 tokens (~130 ms of decode here): a request whose 24 tokens (~50 ms) all came in one burst was the
+    # API server descheduled once for its whole stream (the full suite, CI-like: 5 of 6 direct runs so)
+    settings = BenchSettings(prompt_lengths=[64], concurrency=[], output_tokens=64, repeats=3, warmup=1,
                              metrics_poll_s=0)
     started = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
     account: dict[str, dict[str, float]] = {}
+    timeline: list[tuple[str, RunRecord]] = []  # (direct | slowed | normal, the run), in the order made
 
-    def bench(i: int, base_url: str) -> RunRecord:
+    def bench(role: str, base_url: str) -> RunRecord:
+        i = len(timeline)
         before = _vllm_account(vllm_server.base_url)
         result = run_benchmark(base_url, vllm_server.model, settings, api_key=vllm_server.api_key)
         assert result.status == "completed", result.errors
         account[f"live-{i}"] = _means(before, _vllm_account(vllm_server.base_url))
         meta = run(i).meta.model_copy(update={"run_id": f"live-{i}", "started_at": started + dt.timedelta(hours=i)})
-        return RunRecord(meta=meta, points=result.points)
+        record = RunRecord(meta=meta, points=result.points)
+        timeline.append((role, record))
+        return record
+
+    def figures() -> list[str]:
+        return [f"{role:>6} {_figures(r, account)}" for role, r in timeline]
+
+    def rated() -> list[RunRecord]:
+        return [r for role, r in timeline if role == "direct" and r.points[0].decode_tok_s.median]
 
     url = urlsplit(vllm_server.base_url)
+    verdicts: list[str] = []
     # as in the agreement test: this process off the CPU vLLM's model worker is bound to, the server first
     with quiet_clients(vllm_server.base_url, [0]):
-        # three direct runs with a decode rate each: a run whose every token came in a burst (a loaded
-        # machine) has none, and the verdict needs three (``min_runs``): a few more runs are made then
-        direct: list[RunRecord] = []
-
-        def rated() -> int:
-            return sum(1 for r in direct if r.points[0].decode_tok_s.median)
-
-        while rated() < 3 and len(direct) < 6:
-            direct.append(bench(len(direct), vllm_server.base_url))
-        if rated() < 3:
-            pytest.skip(f"not judged: {len(direct)} direct runs gave fewer than 3 decode rates (every token in bursts: "
-                        "the machine is too loaded)")
+        while len(rated()) < 3 and len(timeline) < DIRECT_TRIES:
+            bench("direct", vllm_server.base_url)
+        assert len(rated()) >= 3, (f"{len(timeline)} direct runs gave {len(rated())} decode rates, a verdict needs "
+                                   "3: every token of the others came in bursts (a loaded machine)", figures())
+        direct = [r for _, r in timeline]
         with SlowProxy(url.hostname or "127.0.0.1", url.port or 80, delay_s=0.1) as proxy:
-            slowed = bench(len(direct), proxy.base_url)
+            slowed = bench("slowed", proxy.base_url)
         assert proxy.connections > 0
-        fourth = bench(len(direct) + 1, vllm_server.base_url)
+        for _ in range(NORMAL_TRIES):
+            at = len(timeline)
+            candidate = bench("normal", vllm_server.base_url)
+            bench("direct", vllm_server.base_url)  # the run after it: its baseline spans it
+            baseline = _nearest_rated(timeline, at)
+            report = compare(_last(candidate, baseline), baseline, RegressConfig(window=len(baseline)))
+            flags = [f"{c.metric.name} flagged: {c.current:.4g} against {c.baseline} (threshold {c.threshold})"
+                     for c in report.regressions]
+            rate = candidate.points[0].decode_tok_s.median
+            verdicts.append(f"{candidate.meta.run_id} against {', '.join(r.meta.run_id for r in baseline)}: "
+                            + ("no decode rate (every token in bursts)" if not rate else ", ".join(flags) or "not flagged"))
+            if rate and report.status == "ok" and not flags:
+                break
+    print("\n" + "\n".join(figures() + verdicts))
 
     (point,) = slowed.points
     name = f"decode_tok_s@prompt={point.prompt_tokens}"
@@ -374,22 +426,16 @@ def test_a_server_slowed_on_purpose_is_flagged_and_a_normal_run_is_not(vllm_serv
     direct_decode = [q.decode_tok_s.median for r in direct for q in r.points if q.decode_tok_s.median]
     assert point.decode_tok_s.median is not None
     assert point.decode_tok_s.median < min([3 * 10.5] + [d / 3 for d in direct_decode])
-    # judged against every direct run: the default window (the latest 5) could leave out a rated one
-    judged = RegressConfig(window=len(direct))
-    report = compare(slowed, direct, judged)
+    # judged against every direct run before it: the default window (the latest 5) could leave out a rated one
+    report = compare(slowed, direct, RegressConfig(window=len(direct)))
     c = report.get(name)
     assert c is not None and c.verdict == "regressed", report
     assert report.status == "regressed" and name in {x.metric.name for x in report.regressions}
     # the proxy slowed the client's view only: vLLM's own TPOT did not move like that
-    base = {k: statistics.median(account[r.meta.run_id][k] for r in direct) for k in ("ttft", "tpot")}
-    assert account[slowed.meta.run_id]["tpot"] < 2 * base["tpot"], account
+    base = statistics.median(account[r.meta.run_id]["tpot"] for r in direct)
+    assert account[slowed.meta.run_id]["tpot"] < 2 * base, account
 
-    normal = compare(fourth, direct, judged)
-    for flag in normal.regressions:
-        # roost's relative move, and vLLM's own for the same figure (TTFT; decode is 1 / TPOT)
-        moved = abs(flag.change_pct or 0.0) / 100
-        figure = "ttft" if flag.metric.name.startswith("ttft") else "tpot"
-        own = account[fourth.meta.run_id][figure] / base[figure] - 1
-        print(f"4th run: roost flags {flag.metric.name} {flag.change_pct:+.0f}%; vLLM's own {figure} {100 * own:+.0f}%")
-        assert own > moved / 3, (f"{flag.metric.name} flagged ({flag.change_pct:+.0f}%) on a normal run where vLLM's "
-                                 f"own {figure} moved {100 * own:+.0f}%: a false alarm", account)
+    # a normal run, judged between direct runs, is not flagged: on the first try on a normal machine, on one of
+    # NORMAL_TRIES on a busy one
+    assert verdicts[-1].endswith("not flagged"), (f"a normal run flagged on every one of {len(verdicts)} tries",
+                                                  verdicts, figures())

@@ -61,11 +61,11 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from support.cli import ROOST
 from support.gateway import GatewayProcess, wait_rows
 from support.hostile_servers import QuietHandler
 from support.secret_scan import CmdlineSampler, SecretScan, forms, without_secret_fields
 
-ROOST = str(Path(sys.executable).parent / "roost")
 HOST = "scan-cpu"
 PROFILE = "scan-gated"
 REPO = "acme/gated-tiny"

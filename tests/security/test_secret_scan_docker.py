@@ -16,13 +16,13 @@ import copy
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from docker_fixtures import base_image, docker_engine, docker_tiny_model, nothing_left_behind
 from support.secret_scan import CmdlineSampler, SecretScan
+from support.wait import poll
 
 from roost.hosts import CPU
 from roost.net import free_port
@@ -49,10 +49,8 @@ def test_the_key_is_in_the_containers_environment_and_nowhere_else(
         try:
             # vLLM's own process in the container (as `ps` on the host shows it), and its log up to the
             # arguments it echoes (vLLM's "non-default args" line)
-            deadline = time.monotonic() + 120
             ours = "\0".join(["--model", "/model", "--host", "0.0.0.0", "--port", str(spec.port), ""]).encode()
-            while not (sampler.matching(ours) and "non-default args" in server.logs()) and time.monotonic() < deadline:
-                time.sleep(0.2)
+            poll(lambda: sampler.matching(ours) and "non-default args" in server.logs(), timeout_s=120, every_s=0.2)
             attrs: dict[str, Any] = docker_engine.api.inspect_container(server.id)
             cli = subprocess.run(["docker", "inspect", server.name], capture_output=True, text=True, timeout=60)
             ps = subprocess.run(["docker", "ps", "--all", "--no-trunc", "--filter", f"label={LABEL_MANAGED}=true"],

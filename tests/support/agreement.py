@@ -24,7 +24,11 @@ The comparison is built to survive timing noise on small shared machines:
   tokens per chunk: median chunks per request below :data:`COALESCED` of the tokens, or a median
   TPOT below :data:`TPOT_FLOOR_S`) measures the machine's load, not either client: pairs with
   such a round are set aside, and :meth:`Agreement.degenerate` says when too few pairs are left
-  to judge (a ratio of two figures below measurement resolution proves nothing).
+  to judge (a ratio of two figures below measurement resolution proves nothing). Such pairs are
+  measured again: :func:`side_by_side` adds interleaved pairs (``clean=``, up to ``max_pairs=``)
+  until enough clean ones are had, and while the caller's ``settled=`` says they do not yet decide
+  its verdict (e.g. the :func:`median_interval` of a paired ratio straddling a bound on a noisy
+  stretch); the caller fails with the figures when they cannot be had.
 
 vLLM's per-request TPOT is recomputed from its saved lists with its own formula
 (``vllm.benchmarks.serve.calculate_metrics``: ``(latency - ttft) / (output_len - 1)``); roost's
@@ -132,6 +136,12 @@ class Agreement(BaseModel):
     roost_cpu_us_per_token: float
     vllm_cpu_us_per_token: float
     set_aside: list[str] = Field(default_factory=list, description="Why each pair left out of the ratios was.")
+    pair_ratios: dict[str, list[float]] = Field(
+        default_factory=dict, description="Per figure, roost/vLLM of each pair in the ratios, in the order measured.")
+
+    def clean(self) -> int:
+        """Pairs with no coalesced round: the pairs the ratios are taken over (unless ``degenerate``)."""
+        return self.pairs - len(self.set_aside)
 
     def worst(self) -> float:
         """The largest paired deviation from 1 over the three figures."""
@@ -145,16 +155,17 @@ class Agreement(BaseModel):
         paired ratios on its own (CI: TPOT pooled 1.014, paired 1.107 over 8 pairs)."""
         return max(min(abs(r.pooled_ratio - 1), abs(r.paired_ratio - 1)) for r in self.rows)
 
-    def degenerate(self) -> str:
-        """Why these figures cannot judge agreement ("" when they can): more than half the pairs
-        had a coalesced round (:data:`COALESCED`), so the ratios compare the machine's load."""
-        if 2 * len(self.set_aside) > self.pairs:
+    def degenerate(self, clean: int | None = None) -> str:
+        """Why these figures cannot judge agreement ("" when they can): fewer than ``clean`` pairs (by
+        default: not half of them) had no coalesced round (:data:`COALESCED`), so the ratios would compare
+        the machine's load."""
+        if (self.clean() < clean) if clean is not None else (2 * len(self.set_aside) > self.pairs):
             return (f"{len(self.set_aside)} of {self.pairs} pairs had coalesced tokens (the server's API "
                     f"process fell behind; a loaded machine): {self.set_aside[0]}")
         return ""
 
     def table(self) -> str:
-        used = self.pairs - len(self.set_aside) if not self.degenerate() else self.pairs
+        used = self.clean() or self.pairs
         lines = [
             f"prompt {self.prompt_tokens} tokens, {self.output_tokens} output, {self.users} users, "
             f"{self.pairs} pairs of rounds (ABBA), {used} in the ratios",
@@ -166,6 +177,9 @@ class Agreement(BaseModel):
                          f"{r.paired_ratio:12.3f} |")
         a, b = self.roost_cpu_us_per_token, self.vllm_cpu_us_per_token
         lines.append(f"| {'client CPU / token (µs)':<26} | {a:10.1f} | {b:10.1f} | {a / b if b else 0:12.3f} | {'':>12} |")
+        for key, ratios in self.pair_ratios.items():
+            lines.append(f"{key} of each pair: {' '.join(f'{x:.3f}' for x in ratios)}")
+        lines += [f"set aside: {why}" for why in self.set_aside]
         return "\n".join(lines)
 
 
@@ -312,12 +326,13 @@ def _ratio(a: float, b: float) -> float:
 
 def compare(all_pairs: list[tuple[Round, Round]], *, prompt_tokens: int, output_tokens: int, users: int) -> Agreement:
     """Pooled and paired ratios roost/vLLM over ``(roost, vllm)`` pairs of rounds, pairs with a
-    coalesced round set aside (all pairs count when more than half are; see ``degenerate``)."""
+    coalesced round set aside (all pairs count only when every pair has one; whether enough are left
+    to judge is ``Agreement.degenerate``'s to say)."""
     why = [r.coalesced() or v.coalesced() for r, v in all_pairs]
     set_aside = [w for w in why if w]
-    clean = [pair for pair, w in zip(all_pairs, why, strict=True) if not w]
-    pairs = clean if 2 * len(clean) >= len(all_pairs) and clean else all_pairs
+    pairs = [pair for pair, w in zip(all_pairs, why, strict=True) if not w] or all_pairs
     rows = []
+    ratios: dict[str, list[float]] = {}
     for key, name in KEYS.items():
         if key == "throughput":
             a = statistics.median(r.throughput for r, _ in pairs)
@@ -325,7 +340,8 @@ def compare(all_pairs: list[tuple[Round, Round]], *, prompt_tokens: int, output_
         else:
             a = statistics.median([x for r, _ in pairs for x in getattr(r, key)] or [0.0])
             b = statistics.median([x for _, v in pairs for x in getattr(v, key)] or [0.0])
-        paired = statistics.median(_ratio(r.stat(key), v.stat(key)) for r, v in pairs)
+        ratios[key] = [_ratio(r.stat(key), v.stat(key)) for r, v in pairs]
+        paired = statistics.median(ratios[key])
         rows.append(AgreementRow(key=key, name=name, roost=a, vllm=b, pooled_ratio=_ratio(a, b), paired_ratio=paired))
 
     def per_token(rounds: list[Round]) -> float:
@@ -334,29 +350,67 @@ def compare(all_pairs: list[tuple[Round, Round]], *, prompt_tokens: int, output_
 
     return Agreement(prompt_tokens=prompt_tokens, output_tokens=output_tokens, users=users, pairs=len(all_pairs),
                      rows=rows, roost_cpu_us_per_token=per_token([r for r, _ in all_pairs]),
-                     vllm_cpu_us_per_token=per_token([v for _, v in all_pairs]), set_aside=set_aside)
+                     vllm_cpu_us_per_token=per_token([v for _, v in all_pairs]), set_aside=set_aside,
+                     pair_ratios=ratios)
+
+
+def median_interval(values: list[float], confidence: float = 0.9) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median of ``values``: the order statistics
+    ``x(k)``, ``x(n - k + 1)`` with the largest ``k`` whose binomial tail ``P(B(n, 1/2) < k)`` is at most
+    ``(1 - confidence) / 2``; the whole range when there are too few values for that confidence."""
+    xs = sorted(values)
+    n = len(xs)
+    if not n:
+        raise ValueError("no values")
+    tail, k = 0.0, 0
+    while k < n // 2 and tail + math.comb(n, k) / 2**n <= (1 - confidence) / 2:
+        tail += math.comb(n, k) / 2**n
+        k += 1
+    return (xs[k - 1], xs[n - k]) if k else (xs[0], xs[-1])
+
+
+def clean_pairs(pairs: list[tuple[Round, Round]]) -> list[tuple[Round, Round]]:
+    """The pairs with no coalesced round (:meth:`Round.coalesced`)."""
+    return [(r, v) for r, v in pairs if not (r.coalesced() or v.coalesced())]
 
 
 def side_by_side(
     vb: VllmBenchServe, w: Workload, *, pairs: int, extra_body: dict[str, Any] | None = THINKING_OFF,
-    on_round: Callable[[int, int], None] | None = None,
+    on_round: Callable[[int, int], None] | None = None, clean: int = 0, max_pairs: int | None = None,
+    settled: Callable[[list[tuple[Round, Round]]], bool] | None = None,
 ) -> tuple[Agreement, list[tuple[Round, Round]]]:
     """Warm both tools up, then ``pairs`` pairs of rounds ABBA; return the agreement and the rounds.
 
-    ``pairs`` must be even (V R R V is two pairs). ``on_round(done, total)`` reports progress.
+    ``pairs`` must be even (V R R V is two pairs). While fewer than ``clean`` pairs have no coalesced
+    round (:meth:`Round.coalesced`: the machine's load, not either client), or ``settled`` (given the clean
+    pairs) says they do not yet decide the caller's verdict (a noisy stretch of the machine spreads the
+    paired ratios), two more pairs are measured, interleaved as before, up to ``max_pairs`` in all; the
+    caller then judges what was had, and fails with the figures when it cannot. ``on_round(done, total)``
+    reports progress.
     """
     if pairs < 2 or pairs % 2:
         raise ValueError(f"pairs must be an even number >= 2 (ABBA), got {pairs}")
+    most = max(pairs, max_pairs or pairs)
     first = vllm_round(vb, w, extra_body=extra_body)
     roost_round(w, w.input_len, extra_body=extra_body)
     # the prompt size vLLM's random dataset really sends, as the server counts it
     prompt_tokens = round(statistics.median(first.input_lens)) if first.input_lens else w.input_len
-    rounds: list[Round] = []
-    order = "VRRV" * (pairs // 2)
-    for i, who in enumerate(order):
-        rounds.append(vllm_round(vb, w, extra_body=extra_body) if who == "V"
-                      else roost_round(w, prompt_tokens, extra_body=extra_body))
-        if on_round is not None:
-            on_round(i + 1, len(order))
-    paired = [(a, b) if a.tool == "roost" else (b, a) for a, b in zip(rounds[::2], rounds[1::2], strict=True)]
+    paired: list[tuple[Round, Round]] = []
+
+    def measure(n: int) -> None:
+        rounds: list[Round] = []
+        for who in "VRRV" * (n // 2):
+            rounds.append(vllm_round(vb, w, extra_body=extra_body) if who == "V"
+                          else roost_round(w, prompt_tokens, extra_body=extra_body))
+            if on_round is not None:
+                on_round(2 * len(paired) + len(rounds), 2 * max(pairs, len(paired) + n))
+        paired.extend((a, b) if a.tool == "roost" else (b, a) for a, b in zip(rounds[::2], rounds[1::2], strict=True))
+
+    def enough() -> bool:
+        good = clean_pairs(paired)
+        return len(good) >= clean and (settled is None or settled(good))
+
+    measure(pairs)
+    while not enough() and len(paired) + 2 <= most:
+        measure(2)
     return compare(paired, prompt_tokens=prompt_tokens, output_tokens=w.output_len, users=w.users), paired

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+from support.cli import ROOST
+from support.prefect_server import PrefectServer
 
 CHROMIUM = Path(os.environ.get("ROOST_TEST_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-BIN = Path(sys.executable).parent
 
 
 @contextmanager
@@ -40,20 +38,6 @@ def chromium(user_data_dir: Path) -> Iterator[Any]:
             context.close()
 
 
-def _wait_http(url: str, proc: subprocess.Popen[Any], log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited {proc.returncode}: see {log}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} did not answer in {timeout_s:.0f} s: see {log}")
-
-
 def _stop(proc: subprocess.Popen[Any]) -> None:
     proc.terminate()
     try:
@@ -67,31 +51,18 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 def prefect_ui(api_url: str, workdir: Path) -> Iterator[str]:
     """The Prefect UI (``prefect server start --ui --no-services`` with a home of its own) whose pages
     read ``api_url`` (the session's server, which runs with the UI off); yields the UI's root URL."""
-    from roost.net import free_port
-
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    log = workdir / "prefect-ui.log"
-    env = dict(os.environ, PREFECT_HOME=str(workdir / "home"), PREFECT_SERVER_API_HOST="127.0.0.1",
-               PREFECT_SERVER_API_PORT=str(port), PREFECT_UI_ENABLED="true", PREFECT_SERVER_UI_ENABLED="true",
-               PREFECT_UI_API_URL=api_url, PREFECT_SERVER_UI_API_URL=api_url,
-               PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    env.pop("PREFECT_API_URL", None)
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                                 "--ui", "--no-services"], stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/api/health", proc, log, 120)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        _stop(proc)
+    ui = PrefectServer(workdir / "prefect-ui.log", args=["--ui", "--no-services"], env={
+        "PREFECT_HOME": str(workdir / "home"), "PREFECT_UI_ENABLED": "true", "PREFECT_SERVER_UI_ENABLED": "true",
+        "PREFECT_UI_API_URL": api_url, "PREFECT_SERVER_UI_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+    with ui:
+        yield f"http://127.0.0.1:{ui.port}"
 
 
 @contextmanager
 def results_server(root: Path) -> Iterator[str]:
     """``roost results serve --port 0 --root root`` on loopback; yields the ROOST_RESULTS_URL it prints."""
     root.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([str(BIN / "roost"), "results", "serve", "--port", "0", "--root", str(root)],
+    proc = subprocess.Popen([ROOST, "results", "serve", "--port", "0", "--root", str(root)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None

@@ -1,5 +1,5 @@
-"""The CLI as a test runs it in-process: ``roost.cli.main`` with ``sys.argv`` set, its exit code and
-what it printed (stdout, stderr)."""
+"""The CLI as a test runs it: in-process (``roost.cli.main`` with ``sys.argv`` set, its exit code and what it
+printed), or the installed executables of the project's venv (``ROOST``, ``PREFECT``; ``roost_exe`` runs one)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+BIN = Path(sys.executable).parent
+"""The project venv's ``bin``: the installed ``roost`` and ``prefect`` entry points."""
+ROOST = str(BIN / "roost")
+PREFECT = str(BIN / "prefect")
+
+
+def roost_exe(*args: str, timeout: float = 120, env: dict[str, str] | None = None, drop_env: tuple[str, ...] = (),
+              cwd: Path | str | None = None, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The installed ``roost ARGS`` to its end, its output captured as text: in this process's environment
+    (or ``env``), without the variables named in ``drop_env``."""
+    full = {k: v for k, v in (os.environ if env is None else env).items() if k not in drop_env}
+    return subprocess.run([ROOST, *args], capture_output=True, text=True, timeout=timeout, env=full, cwd=cwd,
+                          input=input)
 
 
 def run_roost(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
@@ -31,8 +45,7 @@ def land_saved_local(name: str, update: dict[str, Any], *args: str, timeout: flo
     from roost.profiles import LOCAL
 
     ModelProfileBlock.from_profile(LOCAL.model_copy(update={"name": name, **update})).save(name, overwrite=True)
-    res = subprocess.run([str(Path(sys.executable).parent / "roost"), "run", "--profile", name, "--json", "--no-notify",
-                          *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+    res = roost_exe("run", "--profile", name, "--json", "--no-notify", *args, timeout=timeout)
     assert res.returncode == 0, res.stderr[-4000:]
     record: dict[str, Any] = json.loads(res.stdout[res.stdout.index("{"):])
     return record

@@ -7,8 +7,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,8 +14,9 @@ from typing import Any
 import httpx
 
 from roost.net import free_port
+from support.cli import ROOST
+from support.wait import poll, wait_started
 
-ROOST = Path(sys.executable).parent / "roost"
 UPSTREAM_KEY = "upstream-secret-" + os.urandom(6).hex()
 
 
@@ -35,21 +34,16 @@ class GatewayProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> GatewayProcess:
-        args = [str(ROOST), "gateway", "serve", "--host", "127.0.0.1", "--port", str(self.port), "--db", self.db_url,
+        args = [ROOST, "gateway", "serve", "--host", "127.0.0.1", "--port", str(self.port), "--db", self.db_url,
                 *[a for b in self.backends for a in ("--backend", b)], *self.extra]
         if not self.registry:
             args.append("--no-registry")
         log = self.log_path.open("ab")
         offset = log.tell()  # a restart waits for its own line
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if b"listening on" in self.log_path.read_bytes()[offset:]:
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
-            time.sleep(0.05)
-        raise RuntimeError("gateway did not start")
+        wait_started("gateway", self.proc, lambda: b"listening on" in self.log_path.read_bytes()[offset:],
+                     log=self.log_path, timeout_s=timeout_s, every_s=0.05)
+        return self
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -100,12 +94,7 @@ def usage_rows(db_url: str) -> list[dict[str, Any]]:
 
 def _poll_rows(db_url: str, done: Callable[[list[dict[str, Any]]], bool], timeout_s: float) -> list[dict[str, Any]]:
     """The usage rows once ``done`` accepts them, or as they are after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    rows = usage_rows(db_url)
-    while not done(rows) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        rows = usage_rows(db_url)
-    return rows
+    return poll(lambda: usage_rows(db_url), done, timeout_s=timeout_s, every_s=0.05)
 
 
 def wait_rows(db_url: str, n: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:

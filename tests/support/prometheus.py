@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from roost.net import free_port
+from support.wait import http_ok, wait_for, wait_started
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -37,17 +37,9 @@ class PrometheusProcess:
             args.append("--web.enable-lifecycle")
         self.proc = subprocess.Popen(args, stdout=self.log_path.open("ab"), stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"prometheus not ready in {timeout_s} s: {self.log_path.read_text()[-2000:]}")
+        wait_started("prometheus", self.proc, http_ok(f"{self.url}/-/ready", timeout_s=1), log=self.log_path,
+                     timeout_s=timeout_s, every_s=0.2)
+        return self
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -67,14 +59,7 @@ class PrometheusProcess:
 
     def wait(self, what: str, check: Any, timeout_s: float = 60.0, every_s: float = 0.5) -> Any:
         """Poll ``check()`` until it returns something truthy; fail naming ``what``."""
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            last = check()
-            if last:
-                return last
-            time.sleep(every_s)
-        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+        return wait_for(what, check, timeout_s=timeout_s, every_s=every_s)
 
     def alerts(self) -> dict[str, list[dict[str, Any]]]:
         """alertname -> active alerts (pending or firing)."""

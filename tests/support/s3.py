@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import TracebackType
 
-import httpx
 from pydantic import SecretStr
 
 from roost.net import free_port
 from roost.store.location import StoreCredentials
 from support.processes import stop_group
+from support.wait import http_ok, wait_started
 
 ACCESS_KEY = "roost-test-access"
 SECRET_KEY = "roost-test-secret-" + "s3" * 8
@@ -42,17 +41,9 @@ class MotoS3:
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"moto's server exited: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/moto-api/", timeout=2).status_code < 500:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"moto's server did not answer within {timeout_s} s")
+        wait_started("moto's server", self.proc, http_ok(f"{self.url}/moto-api/", below=500), log=self.log,
+                     timeout_s=timeout_s, every_s=0.2)
+        return self
 
     def stop(self) -> None:
         if self.proc is not None:

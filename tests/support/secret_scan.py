@@ -23,7 +23,6 @@ import lzma
 import os
 import re
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,14 +275,6 @@ class CmdlineSampler:
                 continue
             shown = cmd.replace(b"\0", b" ")[:120].decode("utf-8", "replace")
             scan.blob(area, f"/proc/{pid}/cmdline: {shown}", cmd)
-
-
-def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(0.1)
 
 
 # --- Prefect ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from bench_synthetic import start_synthetic
 from pydantic import SecretStr
+from support.flow_logs import run_log_messages
 
 KEY = "bench-task-key-" + os.urandom(4).hex()
 
@@ -32,12 +33,7 @@ def test_benchmark_task_reports_progress_and_points(prefect_api: str, synthetic_
 
     from prefect import flow
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        ArtifactFilter,
-        ArtifactFilterFlowRunId,
-        LogFilter,
-        LogFilterFlowRunId,
-    )
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
     from prefect.context import get_run_context
 
     from roost.bench.sweep import BenchResult
@@ -57,21 +53,16 @@ def test_benchmark_task_reports_progress_and_points(prefect_api: str, synthetic_
         ("prompt_length", 64, 1), ("prompt_length", 256, 1), ("concurrency", 512, 1), ("concurrency", 512, 4)]
     assert result.knee is not None
 
-    async def fetch() -> tuple[list[Any], list[Any]]:
+    async def fetch() -> list[Any]:
         async with get_client() as client:
-            arts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
-            logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
-            return arts, logs
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
 
-    from prefect.logging.handlers import APILogHandler
-
-    APILogHandler().flush()  # the log lines still queued for the API
-    arts, logs = asyncio.run(fetch())
+    messages = run_log_messages(run_id, flush_s=5)  # the log lines still queued for the API sent first
+    arts = asyncio.run(fetch())
     progress = [a for a in arts if a.type == "progress"]
     assert progress and progress[0].data == 100.0
     tables = [a for a in arts if a.type == "table"]
     assert tables and tables[0].key == "roost-benchmark-points"
-    messages = [entry.message for entry in logs]
     assert any("decode" in m and "tok/s" in m for m in messages), messages
     assert any(m.startswith("knee:") for m in messages)
     everything = " ".join(messages) + " ".join(str(a.data) + str(a.description) for a in arts)

@@ -17,9 +17,9 @@ import pytest
 from prefect import flow
 from prefect.blocks.system import Secret
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, LogFilter, LogFilterFlowRunId
-from prefect.logging.handlers import APILogHandler
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.settings import get_current_settings
+from support.flow_logs import run_log_messages, run_logs
 from support.hub import HubProxy, local_hub, write_checkpoint_files
 
 from blocks.secrets import token_from
@@ -139,12 +139,8 @@ def test_401_is_not_retried_and_the_secret_token_is_never_logged(
     assert out["failed"] and run_count(out["task_run_id"]) == 1
     assert isinstance(out["error"], UserError)
     assert "with the token roost used (HTTP 401)" in str(out["error"]) and token not in str(out["error"])
-    APILogHandler().flush()  # the run's logs reach the server in batches: send what is queued, wait
-    with get_client(sync_client=True) as client:
-        logs = client.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[out["flow_run_id"]]))
-        )
-    assert logs and not any(token in log.message for log in logs)
+    logs = run_log_messages(out["flow_run_id"], flush_s=5)  # the run's logs reach the server in batches
+    assert logs and not any(token in message for message in logs)
     with pytest.raises(UserError, match="Prefect Secret block 'roost-no-such-block' not found"):
         token_from("roost-no-such-block")
 
@@ -195,9 +191,7 @@ def test_roost_hub_retries_reach_the_flow_runs_logs(prefect_api: str, hub: TaskH
     assert done.returncode == 0, done.stderr[-3000:]
     assert faulty.failed
     flow_run_id = done.stdout.strip().splitlines()[-1]
-    with get_client(sync_client=True) as client:
-        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-    hub_lines = [(log.name, log.level, log.message) for log in logs if log.name.startswith("roost.hub")]
+    hub_lines = [(log.name, log.level, log.message) for log in run_logs(flow_run_id) if log.name.startswith("roost.hub")]
     assert any("transient fault" in m and "HTTP 503" in m and "retry 1/2" in m for _, _, m in hub_lines), hub_lines
     assert any(level == logging.INFO for _, level, _ in hub_lines), hub_lines  # the plan line, at INFO
     assert "attempted to send logs to the API without a flow run id" not in done.stderr

@@ -27,6 +27,7 @@ from roost.serve.docker.images import (
     docker_client,
     image_exists,
     plan_build,
+    remote_engine_address,
 )
 from roost.serve.dockerfile import BuildSpec
 from roost.serve.occupancy import Occupant
@@ -121,6 +122,6 @@ class DockerBackend(Backend):
         return retire_containers(self.client, self.host, spec, log)
 
     def available_memory_bytes(self) -> int | None:
-        """This machine's ``MemAvailable`` when the engine is local (a unix socket); None for a remote one."""
-        url = self.host.docker_url
-        return super().available_memory_bytes() if url.startswith(("unix://", "npipe://")) or not url else None
+        """This machine's ``MemAvailable`` when the engine is on it (a socket, a loopback address); None for
+        an engine on another machine (``remote_engine_address``)."""
+        return super().available_memory_bytes() if remote_engine_address(self.host.docker_url) is None else None

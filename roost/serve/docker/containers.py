@@ -47,7 +47,7 @@ from roost.serve.base import (
     _ignore,
 )
 from roost.serve.diagnose import Diagnosis, diagnose
-from roost.serve.docker.images import image_exists
+from roost.serve.docker.images import image_exists, is_loopback, remote_engine_address
 from roost.serve.dockerfile import LABEL_MANAGED
 from roost.serve.logs import LogBuffer, Stamped
 from roost.serve.occupancy import Occupant, container_occupant, published_ports
@@ -331,12 +331,24 @@ def foreign_occupants(client: docker.DockerClient, host: HostProfile, spec: Serv
         if occupant is not None and occupant.holds:
             found.append(occupant)
     if port is not None and port not in ours and not any(f"port {port}" in o.holds for o in found):
-        for addr in host.bind_addrs or ["127.0.0.1"]:
-            if port_in_use(port, addr):
-                found.append(Occupant(kind="process", name=f"a process listening on {addr}:{port}",
-                                      holds=[f"port {port}"], can_stop=False))
-                break
+        listener = local_listener(host, port)
+        if listener is not None:
+            found.append(listener)
     return found
+
+
+def local_listener(host: HostProfile, port: int) -> Occupant | None:
+    """A process (not a container) listening on ``port`` at one of the host's bind addresses, found by
+    binding them here. None when the engine is on another machine (``remote_engine_address``): its
+    processes cannot be seen from here (its address is not this machine's, so binding it always fails),
+    and Docker's refusal to publish a taken port says so at start (``port_in_use``)."""
+    if remote_engine_address(host.docker_url) is not None:
+        return None
+    for addr in host.bind_addrs or ["127.0.0.1"]:
+        if port_in_use(port, addr):
+            return Occupant(kind="process", name=f"a process listening on {addr}:{port}",
+                            holds=[f"port {port}"], can_stop=False)
+    return None
 
 
 def release_container(client: docker.DockerClient, occupant: Occupant, log: LogFn = _ignore) -> None:
@@ -462,10 +474,25 @@ def container_start_plan(spec: ServeSpec, host: HostProfile, *, image: str) -> S
 
 
 def _client_address(host: HostProfile, spec_host: str) -> str:
-    """The address roost reaches a published port at: the spec's if published there, else the first."""
+    """The address roost reaches a published port at. An engine on this machine: the spec's if published
+    there, else the first (every address: loopback). An engine on another machine
+    (``remote_engine_address``): its loopback is not this machine's, so the engine's own address when the
+    port is published there or on every address, else the spec's or first other address published on; a
+    UserError when it is published on loopback only (nothing here could reach the server)."""
     addrs = host.bind_addrs or ["127.0.0.1"]
-    addr = spec_host if spec_host in addrs else addrs[0]
-    return "127.0.0.1" if addr in ("0.0.0.0", "::") else addr
+    engine = remote_engine_address(host.docker_url)
+    if engine is None:
+        addr = spec_host if spec_host in addrs else addrs[0]
+        return "127.0.0.1" if addr in ("0.0.0.0", "::") else addr
+    reachable = [a for a in addrs if not is_loopback(a)]
+    if not reachable:
+        raise UserError(
+            f"host {host.name}'s Docker engine is on another machine ({host.docker_url}) but its bind_addrs "
+            f"({', '.join(addrs)}) publish vLLM's port on that machine's loopback only, which roost cannot reach "
+            f"from here: add an address of it roost reaches (e.g. {engine}) to the host's bind_addrs")
+    if engine in reachable or any(a in ("0.0.0.0", "::") for a in reachable):
+        return engine
+    return spec_host if spec_host in reachable else reachable[0]
 
 
 def start_container(
@@ -483,6 +510,7 @@ def start_container(
     it, e.g. the port is taken."""
     kwargs = docker_run_kwargs(spec, host, image=image, api_key=api_key)
     name = kwargs["name"]
+    address = _client_address(host, spec.host)  # before anything starts: a UserError when nothing here reaches it
     if not image_exists(client, image):
         raise StageFailed("serve", f"image {image} is not present on host {host.name}: run the build stage first")
     make_room(client, host, name, replace_existing=replace_existing, log=log)
@@ -495,7 +523,7 @@ def start_container(
         _discard(client, name)
         raise StartFailed(f"docker could not start {name}: {message}", diagnose(message, None)) from None
     return DockerServer(
-        client, container, base_url=f"http://{_client_address(host, spec.host)}:{spec.port}",
+        client, container, base_url=f"http://{address}:{spec.port}",
         served_model_name=spec.served_model_name, host_name=host.name, port=spec.port, image=image,
         model_dir=str(spec.model_dir.expanduser().resolve()), log=log,
     )

@@ -14,11 +14,13 @@ build and says so, with the xgrammar versions its labels carry.
 from __future__ import annotations
 
 import io
+import ipaddress
 import re
 import tarfile
 import time
 from collections import deque
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import docker
 import requests
@@ -50,6 +52,26 @@ DEFAULT_DOCKER_URL = "unix:///var/run/docker.sock"
 
 def _noop(_: str) -> None:
     return None
+
+
+def is_loopback(address: str) -> bool:
+    """``localhost`` or a loopback IP (127.0.0.0/8, ::1); a name or another address is not."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def remote_engine_address(docker_url: str) -> str | None:
+    """The address of a Docker engine on another machine (``tcp://10.0.0.5:2375``, ``ssh://me@spark.lan``,
+    a bare ``HOST:PORT``), as the URL names it; None for this machine's (a unix or npipe socket, an empty
+    URL, ``localhost`` or a loopback address)."""
+    if not docker_url or docker_url.startswith(("unix://", "npipe://")):
+        return None
+    hostname = urlsplit(docker_url if "://" in docker_url else f"tcp://{docker_url}").hostname or ""
+    return None if not hostname or is_loopback(hostname) else hostname
 
 
 def docker_client(host: HostProfile | None = None, *, timeout: int = 300) -> docker.DockerClient:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,8 @@ import httpx
 import pytest
 from support.gateway import UPSTREAM_KEY, GatewayProcess, add_key
 from support.prometheus import PrometheusProcess
-from support.samples import check_decode
+from support.samples import check_decode_records
+from support.wait import poll
 
 from roost.net import free_port
 from roost.serve.dockerfile import LABEL_MANAGED
@@ -149,7 +149,7 @@ def test_land_through_docker(production: dict[str, Any], docker_engine: Any,
         assert serve[phase] is not None and serve[phase] >= 0, phase
     for p in record["points"]:
         assert p["errors"] == 0
-        check_decode(p)  # a stream delivered in a burst measures no decoding: flagged, not reported
+        check_decode_records(p)  # a stream delivered in a burst measures no decoding: flagged, not reported
     assert all(p["ttft_s"]["count"] == p["requests"] for p in record["points"])  # TTFT is measured either way
     assert meta["xgrammar_base_version"] == "0.2.8"  # the base's own: the record says no patch was needed
 
@@ -198,9 +198,7 @@ def test_model_swap_moves_the_restart_policy_and_replaces_a_foreign_port_holder(
     # the gateway follows the swap without a restart: the new name routes, the old one is gone
     gw, key = gateway
     assert _ask(gw, key, "tiny-b").status_code == 200
-    deadline = time.monotonic() + 10
-    while (old_name := _ask(gw, key, "tiny")).status_code != 404 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    old_name = poll(lambda: _ask(gw, key, "tiny"), lambda r: r.status_code == 404, timeout_s=10)
     assert old_name.status_code == 404 and "tiny-b" in old_name.json()["error"]["message"]
     assert "listening on" in Path(gw.log_path).read_text() and gw.proc is not None and gw.proc.poll() is None
     # ... and so does Prometheus: the new server only (the retired one left with its deregistration)

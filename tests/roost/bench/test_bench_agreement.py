@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.agreement import Round, Workload, compare, side_by_side, worker_cpus
+from support.agreement import Round, Workload, compare, median_interval, side_by_side, worker_cpus
 
 
 def _round(tool: str, ttft: float, tpot: float, thr: float, cpu: float = 0.0, chunks: int = 10) -> Round:
@@ -67,7 +67,8 @@ def test_pairs_with_coalesced_tokens_are_set_aside() -> None:
     assert a.worst() == pytest.approx(0.0)  # the coalesced pair did not enter the ratios
     b = compare([good, bad, bad, good, bad], prompt_tokens=128, output_tokens=10, users=3)
     assert "3 of 5 pairs had coalesced tokens" in b.degenerate()
-    assert b.worst() > 1  # all pairs count then, and the figures show why they cannot be judged
+    assert b.worst() == pytest.approx(0.0) and b.clean() == 2  # the ratios still leave the coalesced pairs out
+    assert b.degenerate(clean=2) == "" and "3 of 5 pairs" in b.degenerate(clean=3)  # a caller's own bound
 
 
 def test_rounds_whose_tokens_came_in_one_chunk_are_reported_not_raised() -> None:
@@ -82,6 +83,14 @@ def test_a_tpot_below_resolution_is_coalesced_even_with_many_chunks() -> None:
     r = _round("vllm", 1.0, 0.00005, 100)
     assert "below resolution" in r.coalesced()
     assert _round("vllm", 1.0, 0.004, 100).coalesced() == ""
+
+
+def test_the_median_interval_is_the_binomial_order_statistics() -> None:
+    # n = 8: x(2)..x(7) (each tail 9/256 = 3.5%); n = 10: x(2)..x(9) (x(3) would leave 5.5%); n = 24: x(8)..x(17)
+    assert median_interval([float(x) for x in range(8, 0, -1)]) == (2.0, 7.0)
+    assert median_interval([float(x) for x in range(1, 11)]) == (2.0, 9.0)
+    assert median_interval([float(x) for x in range(1, 25)]) == (8.0, 17.0)
+    assert median_interval([1.0, 2.0, 3.0]) == (1.0, 3.0)  # too few for 90%: the whole range
 
 
 def test_side_by_side_needs_an_even_number_of_pairs(tmp_path: Path) -> None:

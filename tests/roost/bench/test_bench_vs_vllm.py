@@ -9,13 +9,15 @@ Agreement is proven twice:
   catches any difference in what is measured (a TPOT that includes the first token's wait, a TTFT
   that ends at the last token, a throughput over another window);
 - against the real vLLM CPU server, both clients pinned to the CPUs vLLM's worker leaves free
-  (``quiet_clients``), where the two must land within 10% of each other. The 5% target itself is
-  a timing figure, so it is measured by ``benchmarks/bench_vs_vllm.py``; the margin covers a noisy
-  machine. Unpinned, the scheduler sometimes put a client on the worker's core, and which one
-  decided a TPOT ratio off by up to 13%. When the machine is so loaded that vLLM's API server
-  falls behind and sends tokens in a few large chunks, both tools' TPOT collapses towards 0 and
-  their ratio means nothing: pairs with such a round are set aside, and when most pairs are, the
-  test is skipped with the reason (``Agreement.degenerate``) rather than failed or passed.
+  (``quiet_clients``), judged on the median of paired ratios of interleaved rounds, within bounds a
+  different formula or window breaks and two clients sharing a core with the server they measure do
+  not (the test's docstring argues them). The 5% target itself is a timing figure of a quiet machine,
+  measured by ``benchmarks/bench_vs_vllm.py``. Unpinned, the scheduler sometimes put a client on the
+  worker's core, and which one decided a TPOT ratio off by up to 13%. When the machine is so loaded
+  that vLLM's API server falls behind and sends tokens in a few large chunks, both tools' TPOT
+  collapses towards 0 and their ratio means nothing: such pairs are left out and measured again (more
+  interleaved pairs, a bounded number), and the test fails with every pair's figures when too few
+  clean pairs can be had (``Agreement.degenerate``); it is never skipped.
 
 The local profile's TPOT is judged against vLLM's own (its engine's token times) on points whose
 requests all arrived token by token; a run without enough such points is run again, a bounded number
@@ -35,8 +37,9 @@ from typing import Any
 
 import pytest
 from bench_synthetic import Synthetic, start_synthetic
-from support.agreement import Workload, quiet_clients, side_by_side
+from support.agreement import Round, Workload, clean_pairs, median_interval, quiet_clients, side_by_side
 from support.reference import VllmBenchServe
+from support.samples import check_decode_measured, check_decode_records
 
 from roost.bench.sweep import BenchSettings, run_benchmark
 from roost.catalogue import fmt_value
@@ -105,38 +108,90 @@ def test_roost_and_vllm_bench_serve_agree_with_each_other_and_the_truth_on_known
         assert r.throughput <= ceiling and v.throughput <= ceiling
 
 
+REAL_PAIRS = 10  # interleaved pairs of rounds (~1 s a pair) measured first on the real server
+REAL_CLEAN_PAIRS = 8  # pairs with no coalesced round the verdict is taken over, at least
+REAL_MAX_PAIRS = 24  # pairs measured at most (two more at a time) to have them and a settled verdict
+REAL_TPOT = (0.85, 1.10)  # roost / vllm bench serve: the median of the paired ratios (the test says why)
+REAL_THROUGHPUT = (0.90, 1.15)
+REAL_TTFT_S = (-0.035, 0.010)  # roost - vllm bench serve: the median of the paired differences, in seconds
+
+
+def _paired(pairs: list[tuple[Round, Round]]) -> dict[str, tuple[list[float], tuple[float, float]]]:
+    """Per judged figure, its value for each pair (TPOT and throughput: roost / vllm; TTFT: roost - vllm, s)
+    and its bounds."""
+    return {"tpot": ([r.stat("tpot") / v.stat("tpot") for r, v in pairs], REAL_TPOT),
+            "throughput": ([r.throughput / v.throughput for r, v in pairs], REAL_THROUGHPUT),
+            "ttft": ([r.stat("ttft") - v.stat("ttft") for r, v in pairs], REAL_TTFT_S)}
+
+
+def _settled(pairs: list[tuple[Round, Round]]) -> bool:
+    """Whether the clean pairs decide every figure: the 90% interval of its median (``median_interval``)
+    wholly inside its bounds or wholly outside."""
+    for values, (lo, hi) in _paired(pairs).values():
+        a, b = median_interval(values)
+        if not (lo < a <= b < hi or b <= lo or a >= hi):
+            return False
+    return True
+
+
 @pytest.mark.quiet  # the other xdist worker's load makes either client late
 def test_roost_and_vllm_bench_serve_measure_the_real_server_alike(
     vllm_server: Any, vllm_bench: VllmBenchServe, tiny_model: Path
 ) -> None:
+    """Both tools on the real vLLM server, 8 users, rounds interleaved ABBA, judged on the median over pairs
+    of the ratio of adjacent rounds (a slow stretch of the machine moves both rounds of a pair), or of their
+    difference for TTFT.
+
+    A pair with a coalesced round (the server's API process fell behind and sent its tokens in a few
+    chunks: the machine's load, not either client) is left out and measured again, and so are pairs while
+    a noisy stretch of the machine spreads the paired ratios so wide that the 90% interval of a median
+    straddles a bound (``_settled``): two more interleaved pairs at a time, up to ``REAL_MAX_PAIRS``. With
+    fewer than ``REAL_CLEAN_PAIRS`` clean pairs the test fails with every pair's figures; otherwise the
+    medians are judged, settled or not by then. It is never skipped. A quiet machine settles in the first
+    ten pairs.
+
+    The bounds are two-sided and set by what they must catch and what they must not. A difference in what
+    is measured: a TPOT that counted the first token's wait reads (TTFT - TPOT) / 64 / TPOT high (+22% here:
+    TTFT ~45 ms, TPOT ~3 ms), a throughput over another window (from the first token) +19%, or a few % low
+    for a window that takes in a gap; a TTFT that ended at the last token is +0.2 s, one stamped at the
+    response headers -40 ms. Not to be caught: the clients share the CPU vLLM's worker leaves free with
+    vLLM's API server (``quiet_clients``), so each client's own weight slows the server it measures, more
+    for ``vllm bench serve``'s event loop, and a busier machine more; roost then sees the server faster:
+    TPOT paired ratio 0.97-0.99 and throughput 1.05 on this machine with eight other sessions' load (single
+    pairs 0.75-1.04), 0.82-0.97 and 1.01-1.20 on CI before timing tests ran alone. TTFT (~45 ms) is judged
+    in seconds: each client's lateness adds to it, ``vllm bench serve``'s more (10 ms here; 7-34 ms on CI
+    then). So TPOT within 0.85-1.10, throughput 0.90-1.15, roost's TTFT 35 ms earlier to 10 ms later.
+    The 5% claim is a quiet machine's, measured by ``benchmarks/bench_vs_vllm.py`` (1 and 8 users), and
+    held against a known truth by the synthetic test above."""
     w = Workload(base_url=vllm_server.base_url, model=vllm_server.model, api_key=vllm_server.api_key,
                  tokenizer=tiny_model, input_len=128, output_len=64, users=8)
+    t0 = time.monotonic()
     with quiet_clients(vllm_server.base_url, [0, vllm_bench.proc.pid]) as pinned:
-        agreement, pairs = side_by_side(vllm_bench, w, pairs=8)
-    print(f"\nclients pinned to CPUs {sorted(pinned) if pinned else 'none'}")
-    print("\n" + agreement.table())
+        agreement, pairs = side_by_side(vllm_bench, w, pairs=REAL_PAIRS, clean=REAL_CLEAN_PAIRS,
+                                        max_pairs=REAL_MAX_PAIRS, settled=_settled)
+    print(f"\nclients pinned to CPUs {sorted(pinned) if pinned else 'none'}; {agreement.pairs} pairs in "
+          f"{time.monotonic() - t0:.0f} s")
+    table = agreement.table()
+    print("\n" + table)
     for r, v in pairs:
         # exact prompts (as the server counts them) and full outputs on both sides, whatever the load
         assert set(r.input_lens) == {agreement.prompt_tokens} and set(r.output_lens) == {64}
         assert set(v.output_lens) == {64}
-    if why := agreement.degenerate():
-        pytest.skip(f"agreement not judged: {why}")
-    # judged on what both statistics show (per figure the smaller of the pooled and the paired deviation):
-    # a real server on a shared CPU varies between rounds (the 5% claim on the paired figures is
-    # measured on a quiet machine by benchmarks/bench_vs_vllm.py, and against a known truth above).
-    # Here the clients share a CPU with vLLM's API server, so a client's own weight slows the server
-    # it measures: vllm bench serve's single event loop spends more CPU per token and its rounds see a
-    # slower server (CI and this machine: TPOT 0.82-0.97, throughput 1.01-1.20, TTFT 7-34 ms lower for
-    # roost, 0.56-0.96). So roost is never the tool that sees the server slower, and sees it faster by a bound.
-    for row in agreement.rows:
-        worse = [r - 1 if row.key != "throughput" else 1 - r for r in (row.pooled_ratio, row.paired_ratio)]
-        assert min(worse) < 0.10, (f"roost sees the server slower than vllm bench serve on {row.name}", agreement.table())
-        # faster by at most 25% (TTFT: half, vllm bench's client lateness dominating a ~50 ms TTFT here)
-        assert min(-w for w in worse) < (0.5 if row.key == "ttft" else 0.25), agreement.table()
+    why = agreement.degenerate(clean=REAL_CLEAN_PAIRS)
+    assert not why, (f"not judged: fewer than {REAL_CLEAN_PAIRS} clean pairs in {agreement.pairs}: {why}", table)
+    good = clean_pairs(pairs)
+    verdicts = {key: (statistics.median(values), median_interval(values), bounds)
+                for key, (values, bounds) in _paired(good).items()}
+    summary = "; ".join(f"{key} median {m:.3f} (90% interval {a:.3f}-{b:.3f}), bounds {lo}-{hi}"
+                        for key, (m, (a, b), (lo, hi)) in verdicts.items())
+    print(f"{len(good)} clean pairs, {'settled' if _settled(good) else 'not settled'}: {summary}")
+    for key, (m, _, (lo, hi)) in verdicts.items():
+        assert lo < m < hi, (f"{key}: {summary}", table)
 
 
-JUDGED_POINTS = 3  # points whose TPOT is judged against vLLM's own before the verdict
-AGREEMENT_TRIES = 6  # benchmark runs (~2.5 s each) to find them: a degenerate run is measured again, not excused
+JUDGED_POINTS = 6  # points whose TPOT is judged against vLLM's own before the verdict (a run has up to 4)
+AGREEMENT_TRIES = 6  # benchmark runs (~2 s each) to find them: a degenerate run is measured again, not excused
+LOCAL_TPOT = 0.05  # the median over the judged points of roost's TPOT / vLLM's own, either way: see the test
 
 
 def _local_profile_run(vllm_server: Any, settings: BenchSettings) -> tuple[list[float], list[str]]:
@@ -169,17 +224,30 @@ def _local_profile_run(vllm_server: Any, settings: BenchSettings) -> tuple[list[
         # roost's TPOT (arrival times) against vLLM's own (its engine's token times, the same formula) over
         # the same requests: a request the API server delivered in a few bursts has no arrival-time TPOT, and
         # vLLM's mean (one histogram over the point) cannot leave it out, so such a point is not judged
+        check_decode_records(p.model_dump())  # whatever the load: every request timed or counted unmeasurable
         bursts = [x for x in measured if x.point == i and len(set(x.token_times)) < 32]
         if not bursts and not p.unmeasurable:
+            check_decode_measured(p.model_dump())  # a judged point: every request's decode timed
             ratios.append(p.tpot_s.mean / p.metrics_delta["request_tpot_s_mean"])
     return ratios, lines
 
 
 @pytest.mark.quiet  # roost's TPOT judged against vLLM's engine: a loaded machine delays the API server's delivery
 def test_prompts_are_exact_and_the_local_profile_agrees_with_vllms_own_account(vllm_server: Any) -> None:
-    """Every run's records are exact; the TPOT agreement is judged on ``JUDGED_POINTS`` points, taken from
-    as many runs as it needs up to ``AGREEMENT_TRIES`` (CI, once: every point of a run had a request
-    delivered in bursts), and fails with every run's figures when they cannot be had."""
+    """Every run's records are exact; the TPOT agreement is judged on ``JUDGED_POINTS`` points whose every
+    request's decode was timed token by token (``check_decode_measured``), taken from as many runs as it
+    needs up to ``AGREEMENT_TRIES`` (CI, once: every point of a run had a request delivered in bursts), and
+    fails with every run's figures when they cannot be had. This is where the local profile's decode timing
+    is proven: a landing (``tests/flows/test_land_e2e.py``) is not measured again, so it checks the records.
+
+    The median of the judged points' ratios is within ``LOCAL_TPOT`` (5%) of 1. A different formula misses
+    on most points: a TPOT that counted the first token's wait reads (TTFT - TPOT) / 64 / TPOT high, here
+    +6% at the 128-token prompt, +21% at 1,024, +11% and +28% at the 512-token concurrency points (TTFT
+    10-56 ms, TPOT 2-3 ms); the median stays at +11% or more. A loaded machine moves single points only: an
+    API server that sends a first token late and then catches up shortens one point's arrival window (CI:
+    1.59 ms against vLLM's 1.98 ms at 1 user, the other points to 1%; this machine with eight other
+    sessions' load: judged points 0.97-1.02). What happens at one kind of point only (the streams of 4
+    users told apart) is proven against the synthetic server's record above."""
     settings = BenchSettings(**LOCAL.bench)
     ratios: list[float] = []
     figures: list[str] = []
@@ -191,12 +259,8 @@ def test_prompts_are_exact_and_the_local_profile_agrees_with_vllms_own_account(v
             break
     assert len(ratios) >= JUDGED_POINTS, (f"{len(ratios)} points judged in {AGREEMENT_TRIES} runs: the API server "
                                           "delivered in bursts throughout", figures)
-    # most points agree to 10%, none beyond 35%: an API server that sends a first token late and then
-    # catches up shortens one point's arrival window (CI: 1.59 ms against vLLM's 1.98 ms at 1 user, the
-    # other points to 1%), where a different formula (the first token's wait counted, another window)
-    # would miss on every point
-    assert 2 * sum(abs(x - 1) < 0.10 for x in ratios) > len(ratios), (ratios, figures)
-    assert all(abs(x - 1) < 0.35 for x in ratios), (ratios, figures)
+    print(f"judged TPOT ratios (roost / vLLM's own): {' '.join(f'{x:.3f}' for x in ratios)}")
+    assert abs(statistics.median(ratios) - 1) < LOCAL_TPOT, (ratios, figures)
 
 
 def test_a_prompt_longer_than_the_window_is_skipped_with_the_servers_reason(vllm_server: Any) -> None:

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 from support import replicas
+from support.errors import assert_one_line_message
 
 from roost.checkpoint.files import METADATA_NAMES, FetchedFiles, LocalFiles, RemoteShard
 from roost.checkpoint.model import header_digest, read_checkpoint
 from roost.checkpoint.safetensors_header import HeaderError
 from roost.errors import UserError
 from roost.hosts import SPARK
-from roost.inputs.text import one_line
 from roost.plan.report import audit_for_host
 
 LOCATION = "hf://acme/m@" + "ab" * 20
@@ -84,9 +84,7 @@ def _copy(model: Path, dest: Path) -> Path:
 def _one_line_error(d: Path | FetchedFiles) -> str:
     with pytest.raises(UserError) as e:
         read_checkpoint(d)
-    msg = str(e.value)
-    assert one_line(msg) == msg
-    return msg
+    return assert_one_line_message(e.value)
 
 
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json", "hf_quant_config.json",

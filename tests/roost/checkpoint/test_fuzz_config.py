@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from support.errors import assert_one_line_message
 
 from roost.checkpoint import config as C
 from roost.checkpoint.config import ModelConfigInfo, config_from_bytes
@@ -31,7 +32,6 @@ from roost.checkpoint.writer import header_bytes
 from roost.demo.model import TINY_QWEN3, qwen3_tensor_shapes
 from roost.errors import UserError
 from roost.hosts import CPU, SPARK
-from roost.inputs.text import one_line
 from roost.plan.args import derive_vllm_args
 from roost.plan.inputs import PlanInputs
 from roost.plan.kv import SPARK_RULES, cpu_rules, kv_model_from_config, plan_kv, pool_for_concurrency
@@ -42,12 +42,6 @@ FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=400
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 WHERE = "hf://acme/m@" + "ab" * 20 + "/config.json"
 RULES = [SPARK_RULES, cpu_rules(False), cpu_rules(True)]
-
-
-def assert_one_line(exc: BaseException) -> None:
-    msg = str(exc)
-    assert msg and one_line(msg) == msg, f"not one line: {msg!r}"
-    assert len(msg) < 2_000, f"{len(msg)}-character message"
 
 
 # ---------------------------------------------------------------------------------------- base configs
@@ -186,7 +180,7 @@ def check_config(data: bytes, quant: bytes | None = None) -> ModelConfigInfo | N
     try:
         cfg = config_from_bytes(data, WHERE, quant, WHERE.replace("config.json", "hf_quant_config.json"))
     except UserError as exc:
-        assert_one_line(exc)
+        assert_one_line_message(exc, max_chars=2_000)
         event("config refused")
         return None
     event("config accepted")
@@ -221,7 +215,7 @@ def check_plan(cfg: ModelConfigInfo, rules: Any) -> None:
         pool = pool_for_concurrency(spec, rules, 2.5)
         args = derive_vllm_args(cfg, rules, visual_tensor_count=0, mtp_tensor_count=1, served_model_name="m")
     except UserError as exc:
-        assert_one_line(exc)
+        assert_one_line_message(exc, max_chars=2_000)
         event("plan refused")
         return
     event("planned")
@@ -298,7 +292,7 @@ def test_audit_and_plan_of_a_fetched_checkpoint(case: tuple[str, dict[str, Any]]
         json.dumps(report.to_json())
         plan = plan_checkpoint(report, host, PlanInputs(kv_cache_memory_bytes=pool))
     except UserError as exc:
-        assert_one_line(exc)
+        assert_one_line_message(exc, max_chars=2_000)
         event("audit or plan refused")
         return
     event(f"planned: {len(report.findings)} finding(s)")
@@ -339,5 +333,5 @@ def _with(**fields: Any) -> bytes:
 def test_named_cases(data: bytes, match: str) -> None:
     with pytest.raises(UserError, match=match) as e:
         config_from_bytes(data, WHERE)
-    assert_one_line(e.value)
+    assert_one_line_message(e.value, max_chars=2_000)
     assert str(e.value).startswith(WHERE)

@@ -22,6 +22,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from support.errors import assert_one_line_message
 
 from roost.checkpoint.safetensors_header import (
     DTYPE_BITS,
@@ -36,18 +37,11 @@ from roost.checkpoint.safetensors_header import (
 )
 from roost.checkpoint.writer import header_bytes
 from roost.errors import UserError
-from roost.inputs.text import one_line
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=600,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 WHERE = "hf://acme/m@abc/model-00001-of-00002.safetensors"
 DTYPES = sorted(DTYPE_BITS)
-
-
-def assert_one_line(exc: BaseException) -> None:
-    msg = str(exc)
-    assert msg and one_line(msg) == msg, f"not one line: {msg!r}"
-    assert len(msg) < 2_000, f"{len(msg)}-character message"
 
 
 class Refused(Exception):
@@ -121,7 +115,7 @@ def check(raw: bytes, file_size: int) -> ShardHeader | None:
     try:
         h = parse_header(WHERE, raw, file_size)
     except UserError as exc:  # HeaderError is one
-        assert_one_line(exc)
+        assert_one_line_message(exc, max_chars=2_000)
         assert expected is None, f"refused a header the reference accepts: {exc}"
         return None
     assert expected is not None, "accepted a header the reference refuses"
@@ -294,7 +288,7 @@ def test_an_empty_string_shape_is_never_a_scalar(metadata_first: bool) -> None:
     raw = json.dumps(obj).encode()
     with pytest.raises(HeaderError, match=r"tensor 'a' shape '' is not a list") as e:
         parse_header(WHERE, raw, 8 + len(raw) + 4)
-    assert_one_line(e.value)
+    assert_one_line_message(e.value, max_chars=2_000)
     with pytest.raises(HeaderError, match=r"shape '' is not a list"):
         _slow_parse(WHERE, raw, 4)
 
@@ -308,7 +302,7 @@ def test_absurd_shapes_make_a_short_message(dtype: str, shape: list[int], needs:
     raw = json.dumps({"a": {"dtype": dtype, "shape": shape, "data_offsets": [0, 4]}}).encode()
     with pytest.raises(HeaderError, match=needs) as e:
         parse_header(WHERE, raw, 8 + len(raw) + 4)
-    assert_one_line(e.value)
+    assert_one_line_message(e.value, max_chars=2_000)
 
 
 @pytest.mark.parametrize(("obj", "match"), [
@@ -322,7 +316,7 @@ def test_malformed_entries_are_named(obj: dict[str, Any], match: str) -> None:
     raw = json.dumps(obj).encode()
     with pytest.raises(HeaderError, match=match) as e:
         parse_header(WHERE, raw, 8 + len(raw) + 4)
-    assert_one_line(e.value)
+    assert_one_line_message(e.value, max_chars=2_000)
 
 
 def test_a_tensor_declared_twice_is_refused() -> None:

@@ -20,21 +20,15 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.errors import assert_one_line_message
 
 from roost.checkpoint.files import INDEX_LIMIT
 from roost.checkpoint.model import parse_index
 from roost.errors import UserError
-from roost.inputs.text import one_line
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=400,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 WHERE = "/ckpt/model.safetensors.index.json"
-
-
-def assert_one_line(exc: BaseException) -> None:
-    msg = str(exc)
-    assert msg and one_line(msg) == msg, f"not one line: {msg!r}"
-    assert len(msg) < 2_000 and msg.startswith(WHERE), msg
 
 
 def _reference(raw: bytes) -> dict[str, str] | None:
@@ -69,7 +63,7 @@ def check(raw: bytes) -> tuple[dict[str, str], list[str]] | None:
     try:
         wm, shards = parse_index(raw, WHERE)
     except UserError as exc:
-        assert_one_line(exc)
+        assert_one_line_message(exc, max_chars=2_000, starts=WHERE)
         assert expected is None, f"refused an index the reference accepts: {exc}"
         return None
     assert expected is not None, "accepted an index the reference refuses"
@@ -161,7 +155,7 @@ def test_named_cases(raw: bytes, match: str | None) -> None:
         return
     with pytest.raises(UserError, match=match) as e:
         parse_index(raw, WHERE)
-    assert_one_line(e.value)
+    assert_one_line_message(e.value, max_chars=2_000, starts=WHERE)
 
 
 def test_an_index_over_the_limit_is_refused_unparsed() -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import replicas
+from support.cli import ROOST, roost_exe
 from support.contract import AUDIT_JSON_KEYS
+from support.errors import assert_one_line_error
 from support.hub import GatedHub
 from support.hub_faults import CutHeaderHub, MissingFileHub, write_shard_file
 from typer.testing import CliRunner, Result
@@ -20,8 +21,6 @@ from roost.checkpoint.writer import header_bytes
 from roost.cli import app
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import publish_repo
-
-ROOST = str(Path(sys.executable).parent / "roost")
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +56,6 @@ def test_human_summary(ornith_9b: Path) -> None:
     assert "MTP_ADVERTISED_NOT_SHIPPED" in out
 
 
-def _one_line_error(code: int, err: str, want_code: int, *fragments: str) -> None:
-    assert code == want_code, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("roost: error: "), err
-    assert "Traceback" not in err
-    for frag in fragments:
-        assert frag in lines[0]
-
-
 def _single_shard(d: Path, body: bytes) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     spec = replicas.tiny_qwen3(layers=1, num_shards=1)
@@ -76,36 +66,36 @@ def _single_shard(d: Path, body: bytes) -> Path:
 
 def test_truncated_file(tmp_path: Path) -> None:
     d = _single_shard(tmp_path / "m", b"\x05\x00")
-    _one_line_error(*run("audit", str(d))[::2], 2, "model.safetensors", "truncated")
+    assert_one_line_error(*run("audit", str(d))[::2], "model.safetensors", "truncated")
 
 
 def test_header_length_larger_than_file(tmp_path: Path) -> None:
     d = _single_shard(tmp_path / "m", (1 << 40).to_bytes(8, "little") + b"{}")
-    _one_line_error(*run("audit", str(d))[::2], 2, "larger than the file allows")
+    assert_one_line_error(*run("audit", str(d))[::2], "larger than the file allows")
 
 
 def test_non_json_header(tmp_path: Path) -> None:
     d = _single_shard(tmp_path / "m", (6).to_bytes(8, "little") + b"{oops}")
-    _one_line_error(*run("audit", str(d))[::2], 2, "not valid JSON")
+    assert_one_line_error(*run("audit", str(d))[::2], "not valid JSON")
 
 
 def test_unknown_dtype(tmp_path: Path) -> None:
     h = json.dumps({"w": {"dtype": "Q7", "shape": [2], "data_offsets": [0, 2]}}).encode()
     d = _single_shard(tmp_path / "m", len(h).to_bytes(8, "little") + h + b"\0\0")
-    _one_line_error(*run("audit", str(d))[::2], 2, "unknown dtype 'Q7'")
+    assert_one_line_error(*run("audit", str(d))[::2], "unknown dtype 'Q7'")
 
 
 def test_offsets_out_of_range(tmp_path: Path) -> None:
     h = json.dumps({"w": {"dtype": "U8", "shape": [64], "data_offsets": [0, 64]}}).encode()
     d = _single_shard(tmp_path / "m", len(h).to_bytes(8, "little") + h + b"\0" * 10)
-    _one_line_error(*run("audit", str(d))[::2], 2, "run past the data section")
+    assert_one_line_error(*run("audit", str(d))[::2], "run past the data section")
 
 
 def test_overlapping_offsets(tmp_path: Path) -> None:
     h = json.dumps({"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},
                     "b": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]}}).encode()
     d = _single_shard(tmp_path / "m", len(h).to_bytes(8, "little") + h + b"\0" * 12)
-    _one_line_error(*run("audit", str(d))[::2], 2, "'b'", "overlaps 'a'")
+    assert_one_line_error(*run("audit", str(d))[::2], "'b'", "overlaps 'a'")
 
 
 def test_index_naming_a_missing_shard(tmp_path: Path) -> None:
@@ -138,7 +128,7 @@ def test_dot_dot_path_in_index(tmp_path: Path) -> None:
     idx = json.loads((d / "model.safetensors.index.json").read_text())
     idx["weight_map"]["model.norm.weight"] = "../../etc/passwd"
     (d / "model.safetensors.index.json").write_text(json.dumps(idx))
-    _one_line_error(*run("audit", str(d))[::2], 2, "'../../etc/passwd'", "outside the checkpoint directory")
+    assert_one_line_error(*run("audit", str(d))[::2], "'../../etc/passwd'", "outside the checkpoint directory")
 
 
 def test_config_missing_required_field(tmp_path: Path) -> None:
@@ -146,23 +136,23 @@ def test_config_missing_required_field(tmp_path: Path) -> None:
     cfg = json.loads((d / "config.json").read_text())
     del cfg["num_attention_heads"]
     (d / "config.json").write_text(json.dumps(cfg))
-    _one_line_error(*run("audit", str(d))[::2], 2, "config.json", "missing field 'num_attention_heads'")
+    assert_one_line_error(*run("audit", str(d))[::2], "config.json", "missing field 'num_attention_heads'")
 
 
 def test_config_not_json(tmp_path: Path) -> None:
     d = replicas.write_replica(replicas.llama_dense(num_shards=1), tmp_path / "m")
     (d / "config.json").write_text("{")
-    _one_line_error(*run("audit", str(d))[::2], 2, "config.json", "not valid JSON")
+    assert_one_line_error(*run("audit", str(d))[::2], "config.json", "not valid JSON")
 
 
 def test_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    _one_line_error(*run("audit", str(tmp_path / "empty"))[::2], 2, "empty checkpoint directory")
+    assert_one_line_error(*run("audit", str(tmp_path / "empty"))[::2], "empty checkpoint directory")
 
 
 def test_missing_path_and_unknown_host(tmp_path: Path, ornith_9b: Path) -> None:
-    _one_line_error(*run("audit", str(tmp_path / "nope"))[::2], 2, "no such directory")
-    _one_line_error(*run("audit", str(ornith_9b), "--host", "moon")[::2], 2, "unknown host profile 'moon'")
+    assert_one_line_error(*run("audit", str(tmp_path / "nope"))[::2], "no such directory")
+    assert_one_line_error(*run("audit", str(ornith_9b), "--host", "moon")[::2], "unknown host profile 'moon'")
 
 
 def test_layer_gap_exit_1(tmp_path: Path) -> None:
@@ -179,9 +169,8 @@ def test_no_traceback_through_real_entry_point(tmp_path: Path) -> None:
     replicas.write_replica(replicas.tiny_qwen3(layers=1, num_shards=1), d)
     head, _ = header_bytes([("w", "BF16", (4, 4))])
     (d / "model.safetensors").write_bytes(head)  # data section missing
-    r = subprocess.run([ROOST, "audit", str(d)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.startswith("roost: error: ") and r.stderr.count("\n") == 1
+    r = roost_exe("audit", str(d))
+    assert_one_line_error(r.returncode, r.stderr, exact=True)
 
 
 # --- hf://OWNER/NAME[@REVISION]: the same audit, read from a Hub on loopback (olah) -------------------
@@ -222,7 +211,7 @@ def hub_env(cli_hub: CliHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def _hub_error(r: Result, want_code: int, *fragments: str) -> str:
     """One ``roost: error:`` line on stderr, the exit code, and no exception other than the exit."""
     assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    _one_line_error(r.exit_code, r.stderr, want_code, *fragments)
+    assert_one_line_error(r.exit_code, r.stderr, *fragments, want_code=want_code)
     return r.stderr
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from bench_synthetic import Synthetic, disagreements, start_synthetic
+from support.cli import ROOST
 
 from roost.commands.bench import parse_int_list
 from roost.errors import UserError
@@ -21,7 +21,6 @@ from roost.net import free_port
 from roost.records import STATISTICS
 from roost.vllm.stream import RequestRecord
 
-ROOST = str(Path(sys.executable).parent / "roost")
 KEY = "cli-bench-key-" + os.urandom(4).hex()
 
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOST = str(Path(sys.executable).parent / "roost")
+from support.cli import ROOST
 
 
 @pytest.mark.parametrize(

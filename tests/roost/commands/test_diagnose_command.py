@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.errors import assert_one_line_error
+
 REAL_KV_LOG = Path(__file__).parents[1] / "serve" / "logs" / "kv-too-small.cpu-container.log"
 REAL_OK_LOG = Path(__file__).parents[1] / "serve" / "logs" / "serve-ok.cpu-container.ts.log"
 REAL_CACHE_LOG = Path(__file__).parents[1] / "serve" / "logs" / "compile-cache-half-written.cpu.log"
@@ -61,7 +63,6 @@ def test_text_output_and_exit_status_options(tmp_path: Path) -> None:
 def test_unreadable_file_exits_2_with_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "nope.log"
     r = roost("diagnose", str(missing))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and str(missing) in r.stderr and "Traceback" not in r.stderr
+    assert_one_line_error(r.returncode, r.stderr, str(missing))
     r = roost("diagnose", str(tmp_path))
     assert r.returncode == 2 and "is a directory" in r.stderr

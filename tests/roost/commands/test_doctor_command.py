@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.errors import assert_one_line_error
 from typer.testing import CliRunner
 
 from roost.cli import app
@@ -68,8 +69,7 @@ def test_host_defaults_to_roost_host(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("args", [("--host", "gpu9"), ("--host", "cpu", "--profile", "nope")])
 def test_bad_input_exits_2_with_one_line(args: tuple[str, ...]) -> None:
     code, _, err = run(*args)
-    assert code == 2
-    assert err.count("\n") == 1 and err.startswith("roost: error: unknown")
+    assert assert_one_line_error(code, err, exact=True).startswith("roost: error: unknown")
 
 
 def test_doctor_on_this_machine_as_the_cpu_host(tmp_path: Path) -> None:

@@ -6,18 +6,16 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.cli import ROOST
 from support.hub import local_hub, shard_name, write_checkpoint_files
 
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import lfs_object_path, mirror_repo_path, publish_repo
 from roost.units import format_bytes
-
-ROOST = str(Path(sys.executable).parent / "roost")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ and error mapping as the executable, without ~3 s of imports per call).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -19,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import roost_exe
+from support.errors import assert_one_line_error
 from support.eval_server import Reply, ScriptedServer, question_of
 from typer.testing import CliRunner
 
 import roost.commands.eval as eval_module
 from roost.cli import main
 from roost.eval.log import read_answers
-
-ROOST = str(Path(sys.executable).parent / "roost")
 
 # The JSON's keys, in the order roost/commands/eval.py's docstring lists them.
 EVAL_JSON_KEYS = ["task", "model", "status", "n", "correct", "wrong", "accuracy", "ci_low", "ci_high", "unparsed",
@@ -53,20 +52,9 @@ def roost(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, st
         return code, out.getvalue().decode(), err.getvalue().decode()
 
 
-def executable(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if k not in ("VLLM_API_KEY", "HF_ENDPOINT")}
-    full.update(env or {})
-    return subprocess.run([ROOST, *args], capture_output=True, text=True, timeout=120, env=full)
-
-
-def one_line_error(code: int, err: str, want_code: int, *fragments: str) -> str:
-    assert code == want_code, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("roost: error: "), err
-    assert "Traceback" not in err
-    for frag in fragments:
-        assert frag in lines[0], lines[0]
-    return lines[0]
+def executable(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``roost ARGS`` without the key and Hub endpoint of this shell."""
+    return roost_exe(*args, drop_env=("VLLM_API_KEY", "HF_ENDPOINT"))
 
 
 def mmlu_row(cat: str, i: int) -> dict[str, Any]:
@@ -147,7 +135,7 @@ def test_json_contract_real_entry_point(server: ScriptedServer, dataset: Path) -
 def test_typo_flag_is_one_line() -> None:
     r = executable("eval", "http://127.0.0.1:9", "--model", "m", "--task", "gsm8k", "--per-categroy", "5")
     assert (r.returncode, r.stdout) == (2, ""), r.stderr
-    line = one_line_error(r.returncode, r.stderr, 2, "No such option: --per-categroy")
+    line = assert_one_line_error(r.returncode, r.stderr, "No such option: --per-categroy")
     assert "--per-category" in line and "roost eval --help" in line
 
 
@@ -167,7 +155,7 @@ def test_server_failing_mid_run_then_resumed(dataset: Path, tmp_path: Path) -> N
     log = tmp_path / "eval.jsonl"
     with ScriptedServer(failing_after(5)) as sick:
         r = executable(*base_args(sick, dataset, "--log", str(log), "--quiet", "--concurrency", "4"))
-    one_line_error(r.returncode, r.stderr, 1, "the server stopped answering", "HTTP 500", "3 attempts")
+    assert_one_line_error(r.returncode, r.stderr, "the server stopped answering", "HTTP 500", "3 attempts", want_code=1)
     assert r.stdout == ""
     kept = read_answers(log)
     assert len(kept) == 5 and len({a["id"] for a in kept}) == 5
@@ -197,9 +185,9 @@ def test_human_summary(server: ScriptedServer, dataset: Path) -> None:
 def test_api_key(dataset: Path) -> None:
     with ScriptedServer(healthy, api_key="sekrit-key-123") as locked:
         args = base_args(locked, dataset, "--limit", "2")
-        line = one_line_error(*roost(*args, "--api-key", "wrong-key-456")[::2], 2, "refused the API key", "HTTP 401")
+        line = assert_one_line_error(*roost(*args, "--api-key", "wrong-key-456")[::2], "refused the API key", "HTTP 401")
         assert "wrong-key-456" not in line and "sekrit" not in line
-        one_line_error(*roost(*args)[::2], 2, "refused the API key")  # none given
+        assert_one_line_error(*roost(*args)[::2], "refused the API key")  # none given
         code, _, err = roost(*args, "--quiet", env={"VLLM_API_KEY": "sekrit-key-123"})
         assert code == 0, err
         assert len(locked.requests) == 2
@@ -222,7 +210,7 @@ def test_unusable_input_is_one_line(server: ScriptedServer, dataset: Path, args:
             i = cli.index(flag)
             del cli[i:i + 2]
     code, out, err = roost(*cli, *args)
-    one_line_error(code, err, 2, *fragments)
+    assert_one_line_error(code, err, *fragments)
     assert out == ""
     assert server.requests == []  # refused before any question
 
@@ -240,7 +228,7 @@ def test_unusable_datasets_are_one_line(server: ScriptedServer, tmp_path: Path) 
     for path, fragments in cases:
         code, out, err = roost("eval", server.url, "--model", "scripted", "--task", "mmlu-pro", "--dataset", str(path),
                                "--per-category", "1")
-        one_line_error(code, err, 2, *fragments)
+        assert_one_line_error(code, err, *fragments)
         assert out == ""
 
 
@@ -250,7 +238,7 @@ def test_unusable_datasets_are_one_line(server: ScriptedServer, tmp_path: Path) 
 ])
 def test_bad_url(url: str, dataset: Path) -> None:
     code, _, err = roost("eval", url, "--model", "m", "--task", "mmlu-pro", "--dataset", str(dataset))
-    one_line_error(code, err, 2, "server URL", "is not usable")
+    assert_one_line_error(code, err, "server URL", "is not usable")
 
 
 def test_nothing_listening_is_exit_1(dataset: Path) -> None:
@@ -258,11 +246,11 @@ def test_nothing_listening_is_exit_1(dataset: Path) -> None:
         url = gone.url
     code, _, err = roost("eval", url, "--model", "scripted", "--task", "mmlu-pro", "--dataset", str(dataset),
                          "--per-category", "1")
-    one_line_error(code, err, 1, "does not answer")
+    assert_one_line_error(code, err, "does not answer", want_code=1)
 
 
 def test_server_without_chat_content(dataset: Path) -> None:
     with ScriptedServer(lambda body: Reply(raw={"object": "chat.completion"})) as broken:
         code, out, err = roost(*base_args(broken, dataset, "--quiet", "--limit", "3"))
-    one_line_error(code, err, 2, "without a chat completion (no choices[0].message)")
+    assert_one_line_error(code, err, "without a chat completion (no choices[0].message)")
     assert out == ""

@@ -6,14 +6,15 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import replicas
+from support.cli import ROOST, roost_exe
 from support.contract import PLAN_JSON_KEYS
+from support.errors import assert_one_line_error
 from typer.testing import CliRunner
 
 from roost.cli import app
@@ -21,8 +22,6 @@ from roost.hosts import GB10_CUDA_TOTAL_BYTES
 from roost.hub.mirror import HubMirror
 from roost.hub.publish import publish_repo
 from roost.profiles import LOCAL
-
-ROOST = str(Path(sys.executable).parent / "roost")
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +154,8 @@ def test_neither_pool_nor_profile_is_one_line_exit_2(ornith_35b: Path) -> None:
 
 
 def test_unknown_profile_is_one_line_exit_2(ornith_35b: Path) -> None:
-    r = subprocess.run([ROOST, "plan", str(ornith_35b), "--profile", "ornith-70b"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "ornith-70b" in r.stderr
+    r = roost_exe("plan", str(ornith_35b), "--profile", "ornith-70b", timeout=60)
+    assert_one_line_error(r.returncode, r.stderr, "ornith-70b")
 
 
 # --- hf://OWNER/NAME[@REVISION] and --profile P alone: the plan read from a Hub on loopback (olah) -----
@@ -217,8 +215,7 @@ def test_hub_plan_refusal_is_the_local_one(plan_hub: tuple[HubMirror, Path, str]
 def test_hub_plan_bad_input_is_one_line(plan_env: dict[str, str], url: str, fragment: str) -> None:
     r = CliRunner().invoke(app, ["plan", url, "--kv-cache-memory-bytes", "1"])
     assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    assert r.exit_code == 2 and r.stderr.startswith("roost: error: ") and r.stderr.count("\n") == 1
-    assert fragment in r.stderr
+    assert_one_line_error(r.exit_code, r.stderr, fragment, exact=True)
 
 
 @pytest.mark.slow

@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import ROOST
 from support.samples import dist
 from typer.testing import CliRunner
 
@@ -100,8 +100,7 @@ def test_empty_store_and_bad_options(tmp_path: Path) -> None:
 
 
 def test_the_console_script(root: Path) -> None:
-    exe = Path(sys.executable).parent / "roost"
-    proc = subprocess.run([str(exe), "results", "--dir", str(root), "--host", "mars"], capture_output=True, text=True,
+    proc = subprocess.run([ROOST, "results", "--dir", str(root), "--host", "mars"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "roost: error: --host 'mars': no runs for it; known: cpu, spark"

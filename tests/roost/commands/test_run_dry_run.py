@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import replicas
-
-ROOST = str(Path(sys.executable).parent / "roost")
+from support.cli import ROOST
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOST = str(Path(sys.executable).parent / "roost")
+from support.cli import ROOST
+from support.errors import assert_one_line_error
 
 
 def _setup(*args: str) -> subprocess.CompletedProcess[str]:
@@ -27,9 +26,7 @@ def _setup(*args: str) -> subprocess.CompletedProcess[str]:
 ])
 def test_unusable_input(args: list[str], message: str) -> None:
     out = _setup(*args)
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.startswith("roost: error: ") and message in out.stderr, out.stderr
-    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert_one_line_error(out.returncode, out.stderr, message, exact=True)
 
 
 def test_listed_in_help() -> None:

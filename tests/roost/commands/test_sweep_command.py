@@ -7,6 +7,7 @@ import json
 
 import pytest
 from support.cli import run_roost
+from support.errors import assert_one_line_error
 
 
 @pytest.mark.parametrize("args, says", [
@@ -21,8 +22,7 @@ from support.cli import run_roost
 def test_sweep_mistakes_are_one_line_exit_2(args: list[str], says: str, capsys: pytest.CaptureFixture[str],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    code, _, err = run_roost(capsys, monkeypatch, "sweep", "--profile", "local", *args)
-    assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
+    assert_one_line_error(*run_roost(capsys, monkeypatch, "sweep", "--profile", "local", *args)[::2], says)
 
 
 def test_a_dry_run_plans_every_variant_from_the_hub_and_names_the_refused(capsys: pytest.CaptureFixture[str],

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.errors import assert_one_line_message
 
 from roost.errors import UserError
 from roost.eval.datasets import load_dataset, sample
@@ -68,14 +69,6 @@ MMLU_SCHEMA = pa.schema([("question_id", pa.int64()), ("question", pa.string()),
                          ("category", pa.string()), ("src", pa.string())])
 
 
-def _one_line(err: pytest.ExceptionInfo[UserError], *fragments: str) -> str:
-    text = str(err.value)
-    assert "\n" not in text, text
-    for frag in fragments:
-        assert frag in text, text
-    return text
-
-
 # --- formats -----------------------------------------------------------------------------------------
 
 def test_mmlu_pro_parquet_with_list_options(tmp_path: Path) -> None:
@@ -116,7 +109,7 @@ def test_json_list_file(tmp_path: Path) -> None:
     path.write_text(json.dumps({"rows": 3}))
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(path))
-    _one_line(err, str(path), "expected a JSON list of rows")
+    assert_one_line_message(err.value, str(path), "expected a JSON list of rows")
 
 
 def test_duplicate_questions_keep_distinct_ids(tmp_path: Path) -> None:
@@ -164,7 +157,7 @@ def test_directory_with_ambiguous_configs(tmp_path: Path) -> None:
     write_jsonl(d / "hard" / "test.jsonl", mmlu_rows({"law": 2}))
     with pytest.raises(UserError) as err:
         load_dataset(MMLU, str(d))
-    _one_line(err, str(d), "more than one split or config", "easy/test.jsonl", "hard/test.jsonl", "give one file")
+    assert_one_line_message(err.value, str(d), "more than one split or config", "easy/test.jsonl", "hard/test.jsonl", "give one file")
 
 
 def test_directory_with_two_splits_and_no_test(tmp_path: Path) -> None:
@@ -173,7 +166,7 @@ def test_directory_with_two_splits_and_no_test(tmp_path: Path) -> None:
     write_jsonl(d / "validation.jsonl", gsm_rows(2, "validation "))
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(d))
-    _one_line(err, "more than one split")
+    assert_one_line_message(err.value, "more than one split")
 
 
 def test_directory_without_data_files(tmp_path: Path) -> None:
@@ -181,7 +174,7 @@ def test_directory_without_data_files(tmp_path: Path) -> None:
     (tmp_path / "e" / "README.md").write_text("nothing")
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(tmp_path / "e"))
-    _one_line(err, "no Parquet, JSONL or JSON file in it")
+    assert_one_line_message(err.value, "no Parquet, JSONL or JSON file in it")
 
 
 # --- unusable files ------------------------------------------------------------------------------------
@@ -191,12 +184,12 @@ def test_missing_columns_name_the_file_and_the_columns(tmp_path: Path) -> None:
     path = write_parquet(tmp_path / "test.parquet", rows)
     with pytest.raises(UserError) as err:
         load_dataset(MMLU, str(path))
-    _one_line(err, f"--dataset {path} row 0", "missing column(s) 'options', 'category'", "MMLU-Pro")
+    assert_one_line_message(err.value, f"--dataset {path} row 0", "missing column(s) 'options', 'category'", "MMLU-Pro")
     # GSM8K rows given as MATH-500
     path = write_jsonl(tmp_path / "gsm.jsonl", gsm_rows(2))
     with pytest.raises(UserError) as err:
         load_dataset(MATH, str(path))
-    _one_line(err, f"{path} line 1", "'problem'", "'subject'", "problem, answer, subject")
+    assert_one_line_message(err.value, f"{path} line 1", "'problem'", "'subject'", "problem, answer, subject")
 
 
 def test_wrong_types(tmp_path: Path) -> None:
@@ -205,34 +198,34 @@ def test_wrong_types(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "test.jsonl", rows)
     with pytest.raises(UserError) as err:
         load_dataset(MMLU, str(path))
-    _one_line(err, f"{path} line 2", "'options' must be a list")
+    assert_one_line_message(err.value, f"{path} line 2", "'options' must be a list")
     bad = [{"question": ["not", "text"], "answer": "#### 3"}]
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(write_jsonl(tmp_path / "gsm.jsonl", bad)))
-    _one_line(err, "line 1", "column 'question' must be text, got list")
+    assert_one_line_message(err.value, "line 1", "column 'question' must be text, got list")
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(write_parquet(tmp_path / "gsm.parquet", [{"question": "q", "answer": 18}])))
-    _one_line(err, "row 0", "no '#### N' final line")
+    assert_one_line_message(err.value, "row 0", "no '#### N' final line")
     not_rows = tmp_path / "lines.jsonl"
     not_rows.write_text('{"question": "q", "answer": "#### 1"}\n[1, 2]\n')
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(not_rows))
-    _one_line(err, f"{not_rows} line 2", "not a JSON object")
+    assert_one_line_message(err.value, f"{not_rows} line 2", "not a JSON object")
     garbled = tmp_path / "garbled.jsonl"
     garbled.write_text('{"question": "q", "answer": "#### 1"}\n{"question": \n')
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(garbled))
-    _one_line(err, f"{garbled} line 2", "not a JSON object; is this a JSONL file?")
+    assert_one_line_message(err.value, f"{garbled} line 2", "not a JSON object; is this a JSONL file?")
     fake_parquet = tmp_path / "fake.parquet"
     fake_parquet.write_text("question,answer\n")
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(fake_parquet))
-    _one_line(err, str(fake_parquet), "not a readable Parquet file")
+    assert_one_line_message(err.value, str(fake_parquet), "not a readable Parquet file")
     csv = tmp_path / "test.csv"
     csv.write_text("question,answer\n")
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(csv))
-    _one_line(err, "expected a .parquet, .jsonl or .json file")
+    assert_one_line_message(err.value, "expected a .parquet, .jsonl or .json file")
 
 
 def test_empty_files(tmp_path: Path) -> None:
@@ -240,23 +233,23 @@ def test_empty_files(tmp_path: Path) -> None:
     empty.write_text("")
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(empty))
-    _one_line(err, "no rows in test.jsonl")
+    assert_one_line_message(err.value, "no rows in test.jsonl")
     blank = tmp_path / "blank" / "test.jsonl"
     blank.parent.mkdir()
     blank.write_text("\n\n")
     with pytest.raises(UserError) as err:
         load_dataset(GSM, str(blank.parent))
-    _one_line(err, "no rows")
+    assert_one_line_message(err.value, "no rows")
     no_rows = write_parquet(tmp_path / "empty.parquet", [], MMLU_SCHEMA)
     with pytest.raises(UserError) as err:
         load_dataset(MMLU, str(no_rows))
-    _one_line(err, "no rows in empty.parquet")
+    assert_one_line_message(err.value, "no rows in empty.parquet")
 
 
 def test_not_a_path_nor_a_repo() -> None:
     with pytest.raises(UserError) as err:
         load_dataset(GSM, "/no/such/file.jsonl")
-    _one_line(err, "no such file or directory, and not a Hub dataset repo")
+    assert_one_line_message(err.value, "no such file or directory, and not a Hub dataset repo")
 
 
 # --- the sample -----------------------------------------------------------------------------------------
@@ -314,13 +307,13 @@ def test_limit_is_a_prefix(questions: list[Question]) -> None:
 def test_per_category_larger_than_a_category(questions: list[Question]) -> None:
     with pytest.raises(UserError) as err:
         sample(questions, seed=0, per_category=6)
-    _one_line(err, "--per-category 6: category 'math' has only 5 questions", "use at most 5")
+    assert_one_line_message(err.value, "--per-category 6: category 'math' has only 5 questions", "use at most 5")
     with pytest.raises(UserError) as err:
         sample(questions, seed=0, per_category=10)  # two categories short: the smallest is named
-    _one_line(err, "category 'math' has only 5")
+    assert_one_line_message(err.value, "category 'math' has only 5")
     with pytest.raises(UserError) as err:
         sample(questions[:3], seed=0, limit=0)
-    _one_line(err, "--limit 0: must be at least 1")
+    assert_one_line_message(err.value, "--limit 0: must be at least 1")
 
 
 # --- a Hub dataset repo (olah on loopback) --------------------------------------------------------------
@@ -370,7 +363,7 @@ def test_hub_dataset_repo_then_offline_from_the_warm_cache(dataset_hub: tuple[Hu
     assert load_dataset(MMLU, "hf://datasets/acme/mmlu-mini", endpoint=mirror.endpoint).info.revision == sha
     with pytest.raises(UserError) as err:
         load_dataset(MMLU, "acme/no-such-dataset", endpoint=mirror.endpoint)
-    _one_line(err, "--dataset", "acme/no-such-dataset", "not found")
+    assert_one_line_message(err.value, "--dataset", "acme/no-such-dataset", "not found")
 
     mirror.stop()  # offline: the warm cache alone
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -380,5 +373,5 @@ def test_hub_dataset_repo_then_offline_from_the_warm_cache(dataset_hub: tuple[Hu
         assert (offline.info.revision, offline.questions) == (sha, data.questions), ref
     with pytest.raises(UserError) as err:
         load_dataset(MMLU, "acme/never-fetched", endpoint=mirror.endpoint)
-    _one_line(err, "acme/never-fetched@main", "not in the Hub cache")
+    assert_one_line_message(err.value, "acme/never-fetched@main", "not in the Hub cache")
 

@@ -14,8 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,8 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.cli import ROOST
+from support.wait import poll
 
 from roost.eval.log import read_answers
 from roost.eval.runner import EvalSettings, run_eval
@@ -83,15 +83,18 @@ def test_each_task_is_asked_scored_and_counted_like_vllm(task: str, datasets: di
 def test_a_run_killed_with_sigkill_resumes_from_its_log(datasets: dict[str, Path], vllm_server: Any,
                                                        tmp_path: Path) -> None:
     log = tmp_path / "gsm8k.jsonl"
-    args = [str(Path(sys.executable).parent / "roost"), "eval", vllm_server.base_url, "--model", vllm_server.model,
+    args = [ROOST, "eval", vllm_server.base_url, "--model", vllm_server.model,
             "--task", "gsm8k", "--dataset", str(datasets["gsm8k"]), "--max-tokens", "160", "--temperature", "0",
             "--concurrency", "1", "--no-thinking", "--log", str(log), "--quiet", "--json"]
     env = dict(os.environ, VLLM_API_KEY=vllm_server.api_key)
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and (not log.is_file() or len(read_answers(log)) < 3):
+    def three_answers() -> bool:
+        if log.is_file() and len(read_answers(log)) >= 3:
+            return True
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
+        return False
+
+    poll(three_answers, timeout_s=240, every_s=0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     answered = {a["id"] for a in read_answers(log)}

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import httpx
 from bench_synthetic import Synthetic
 from support.gateway import ROOST, GatewayProcess, add_key, usage_rows
+from support.wait import poll
 
 
 async def _load(url: str, key: str, stop: threading.Event, completed: list[str], streams: int) -> None:
@@ -48,9 +48,7 @@ def test_kill_9_under_load_loses_no_completed_request(backend: Synthetic, tmp_pa
     loader = threading.Thread(target=lambda: asyncio.run(_load(gw.url, key, stop, completed, 16)))
     try:
         loader.start()
-        deadline = time.monotonic() + 30
-        while len(completed) < 60 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll(lambda: len(completed), lambda n: n >= 60, timeout_s=30, every_s=0.05)
         gw.kill9()  # mid-load: requests in flight die with it
         stop.set()
         loader.join(timeout=60)

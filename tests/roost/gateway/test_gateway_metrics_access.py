@@ -23,6 +23,7 @@ import pytest
 from bench_synthetic import Synthetic
 from pydantic import SecretStr
 from support.cli import run_roost
+from support.errors import assert_one_line_error
 from support.gateway import GatewayProcess, add_key
 from support.secret_scan import SecretScan
 
@@ -272,6 +273,5 @@ def test_serve_refuses_a_bad_token_in_one_line(tmp_path: Path, capsys: pytest.Ca
         else:
             monkeypatch.setenv(TOKEN_ENV, env)
         code, out, err = run_roost(capsys, monkeypatch, "gateway", "serve", *db, *extra)
-        lines = err.strip().splitlines()
-        assert code == 2 and len(lines) == 1 and lines[0].startswith("roost: error:") and needle in lines[0], err
+        assert_one_line_error(code, err, needle)
         assert TOKEN not in err + out and "too-short-a" not in err + out

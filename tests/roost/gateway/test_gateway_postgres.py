@@ -34,19 +34,19 @@ from roost.net import free_port
 if os.environ.get("ROOST_TESTS_NO_POSTGRES") == "1":
     pytest.skip("ROOST_TESTS_NO_POSTGRES=1: the PostgreSQL tests are off", allow_module_level=True)
 
+from support.cli import ROOST
 from support.postgres import PostgresServer  # after the opt-out: it finds the binaries
+from support.wait import poll
 
 REPO = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
-ROOST = str(BIN / "roost")
 SYNTHETIC = REPO / "tests" / "roost" / "bench" / "synthetic_server.py"
 BACKEND_KEY = "synthetic-backend-key"
 MODEL = "synthetic"
 START_TIMEOUT_S = 60.0
 T = TypeVar("T")
-KEY_PROPAGATION_S = 2.0
-"""A key added or revoked in the database is honoured by every gateway within this time (they reload
-keys every second; a key not in the cache is looked up at once)."""
+REVOCATION_DEADLINE_S = 60.0
+"""Only bounds a failure: a revoked key is refused by every gateway at its next key reload (every second);
+how soon is a benchmark figure, not a bound of this test."""
 
 
 # --- fixtures ----------------------------------------------------------------------------------
@@ -401,16 +401,15 @@ def test_two_gateways_meter_every_request_into_one_database(
         assert (r["prompt_source"], r["completion_source"]) == ("usage", "usage"), r
 
 
-def _wait_status(gw: Gateway, key: str, status: int, timeout_s: float) -> float:
-    """Seconds until ``GET /v1/models`` with ``key`` answers ``status`` on ``gw`` (fails after ``timeout_s``)."""
-    t0 = time.monotonic()
-    last = None
-    while time.monotonic() - t0 < timeout_s + 3:
-        last = httpx.get(f"{gw.url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code
-        if last == status:
-            return time.monotonic() - t0
-        time.sleep(0.02)
-    raise AssertionError(f"{gw.url}: still {last} after {timeout_s + 3:g} s (wanted {status})")
+def _models_status(gw: Gateway, key: str) -> int:
+    """What ``GET /v1/models`` with ``key`` answers on ``gw`` (it forwards nothing)."""
+    return httpx.get(f"{gw.url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code
+
+
+def _wait_status(gw: Gateway, key: str, status: int, timeout_s: float) -> None:
+    """Poll ``GET /v1/models`` with ``key`` on ``gw`` until it answers ``status`` (fails after ``timeout_s``)."""
+    last = poll(lambda: _models_status(gw, key), lambda got: got == status, timeout_s=timeout_s, every_s=0.05)
+    assert last == status, f"{gw.url}: still {last} after {timeout_s:g} s (wanted {status})"
 
 
 def test_a_key_reaches_every_gateway_without_restart(gateways: list[Gateway], shared_db: str) -> None:
@@ -420,8 +419,8 @@ def test_a_key_reaches_every_gateway_without_restart(gateways: list[Gateway], sh
     added = roost("gateway", "key", "add", "carol", "--kind", "device", "--db", shared_db)
     key = added["key"]
     assert added["name"] == "carol" and key.startswith("rk-")
-    accepted = [_wait_status(gw, key, 200, KEY_PROPAGATION_S) for gw in (b, a)]
-    assert max(accepted) < KEY_PROPAGATION_S, f"accepted after {accepted} s"
+    # a key not in a gateway's cache is looked up in the database at once: the first request works on both
+    assert [_models_status(gw, key) for gw in (b, a)] == [200, 200]
     models = httpx.get(f"{b.url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=10).json()
     assert [m["id"] for m in models["data"]] == [MODEL]
 
@@ -435,8 +434,8 @@ def test_a_key_reaches_every_gateway_without_restart(gateways: list[Gateway], sh
     assert usage["carol"]["kind"] == "device"
 
     assert _db_call(shared_db, lambda db: db.revoke_key("carol")) is True
-    refused = [_wait_status(gw, key, 401, KEY_PROPAGATION_S) for gw in (a, b)]
-    assert max(refused) < KEY_PROPAGATION_S, f"still accepted {refused} s after the revocation"
+    for gw in (a, b):  # at each gateway's next key reload, without a restart
+        _wait_status(gw, key, 401, REVOCATION_DEADLINE_S)
 
 
 def test_the_helper_gives_each_database_its_own_url(pg: PostgresServer) -> None:

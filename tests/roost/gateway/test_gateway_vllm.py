@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from support.gateway import GatewayProcess, add_key, usage_rows, wait_row, wait_rows
+from support.wait import poll
 
 from roost.vllm import server_metrics as prometheus
 
@@ -140,9 +140,7 @@ def test_a_client_leaving_mid_stream_aborts_vllms_request(vllm_gateway: GatewayP
     for _ in range(3):
         _, generated_before = _vllm_counts(base, vkey)
         row, client_saw, (_, generated_after) = _leave_mid_stream(gw, key, vllm_server)
-        deadline = time.monotonic() + 60
-        while (counts := _vllm_counts(base, vkey))[0] > 0 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        counts = poll(lambda: _vllm_counts(base, vkey), lambda c: c[0] <= 0, timeout_s=60, every_s=0.2)
         # a try in which vLLM had decoded the whole answer by the time the client left proves nothing
         if generated_after - generated_before < whole:
             break

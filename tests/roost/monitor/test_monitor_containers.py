@@ -24,6 +24,7 @@ import pytest
 from docker_fixtures import MANAGED, ROOTFS_IMAGE
 from support.cli import run_roost as _roost
 from support.prometheus import PROMETHEUS, have_prometheus
+from support.wait import poll
 
 from roost.gateway import registry
 from roost.monitor import queries as q
@@ -93,12 +94,21 @@ def env(tmp_path_factory: pytest.TempPathFactory, docker_engine: Any) -> Iterato
 
 
 def _up(api: PrometheusAPI, address: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(t.job == q.VLLM_JOB and t.address == address and t.health == "up" for t in api.targets()):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{address} not scraped: {api.targets()}")
+    if not poll(lambda: any(t.job == q.VLLM_JOB and t.address == address and t.health == "up" for t in api.targets()),
+                timeout_s=timeout_s):
+        raise AssertionError(f"{address} not scraped: {api.targets()}")
+
+
+def _last_reload(url: str) -> tuple[float, float]:
+    """Prometheus's own account of its last configuration load: (when it last succeeded, whether the last
+    one did: 1 or 0), from its ``/metrics``."""
+    values = {}
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("prometheus_config_last_reload_success_timestamp_seconds", "prometheus_config_last_reload_successful"):
+            values[name] = float(value)
+    return (values["prometheus_config_last_reload_success_timestamp_seconds"],
+            values["prometheus_config_last_reload_successful"])
 
 
 def _started_at(docker_engine: Any) -> str:
@@ -144,10 +154,13 @@ def test_single_file_mount_is_restarted_because_a_reload_reads_the_old_file(
     inside = container.exec_run(["cat", "/etc/prometheus/prometheus.yml"]).output.decode()
     assert second.address in (Path(state.out) / "prometheus" / "prometheus.yml").read_text()
     assert second.address not in inside  # ... but the container still sees the old file
+    loaded_at, _ = _last_reload(state.prometheus_url)
     api.reload()
-    time.sleep(1)
+    # Prometheus did reload (its own record of it moved on, and says it succeeded) ...
+    reloaded_at, ok = _last_reload(state.prometheus_url)
+    assert reloaded_at > loaded_at and ok == 1, (loaded_at, reloaded_at, ok)
     loaded = api.loaded_config()
-    assert second.address not in str(loaded)  # ... so a reload "succeeds" with the old targets
+    assert second.address not in str(loaded)  # ... and "succeeded" with the old targets
     # sync tells the mount apart and restarts the container
     started = _started_at(docker_engine)
     result = sync(force_reload=True)

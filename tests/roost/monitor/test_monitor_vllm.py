@@ -111,9 +111,35 @@ def _bypass(stack: Stack) -> list[dict[str, Any]]:
     return [a for a in stack.prom.alerts().get("GatewayBypass", []) if a["state"] == "firing"]
 
 
+def _scrapes_since(stack: Stack, since: float) -> int:
+    """The fewest scrapes any target of the vLLM and gateway jobs has had that started after ``since`` (wall
+    time: Prometheus stamps each scrape's ``up`` sample with its start, on this machine's clock)."""
+    now = time.time()
+    window_ms = int((now - since) * 1000)
+    if window_ms <= 0:
+        return 0
+    counts = {job: [int(float(r["value"][1])) for r in stack.prom.query(f'count_over_time(up{{job="{job}"}}[{window_ms}ms])')]
+              for job in (q.VLLM_JOB, q.GATEWAY_JOB)}
+    return min((min(c) if c else 0) for c in counts.values())
+
+
+def _evaluations(stack: Stack) -> float:
+    """How many times Prometheus has evaluated its rule groups (its own ``/metrics``)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in httpx.get(f"{stack.prom.url}/metrics", timeout=10).text.splitlines()
+               if line.startswith("prometheus_rule_group_iterations_total"))
+
+
 def _quiet_for(stack: Stack, seconds: float) -> None:
+    """The bypass alert never fires while ``seconds`` pass and, as many times at least (every second), both
+    jobs are scraped and the rules evaluated: a loaded machine that delays them lengthens the watch instead
+    of leaving the rule unevaluated."""
+    since, evaluated = time.time(), _evaluations(stack)
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    hard = time.monotonic() + 4 * seconds + 60  # bounds a failure only
+    while time.monotonic() < deadline or _evaluations(stack) - evaluated < seconds or _scrapes_since(stack, since) < seconds:
+        if time.monotonic() > hard:
+            raise AssertionError(f"Prometheus evaluated its rules {_evaluations(stack) - evaluated:.0f} times and "
+                                 f"scraped {_scrapes_since(stack, since)} times in {4 * seconds + 60:.0f} s")
         fired = _bypass(stack)
         if fired:
             end = time.time()
@@ -148,7 +174,9 @@ def test_a_registered_server_is_scraped_after_sync_without_a_restart(stack: Stac
 
 def test_every_dashboard_query_returns_data_under_traffic(stack: Stack, vllm_server: Any) -> None:
     _through_gateway(stack, 6)
-    time.sleep(3)  # two scrapes after the last request
+    ended = time.time()
+    # both jobs scraped twice since the last request ended (their counters final, and rates over them defined)
+    stack.prom.wait("two scrapes of vLLM and the gateway after the traffic", lambda: _scrapes_since(stack, ended) >= 2)
     empty = []
     for title, expr in panel_queries(dashboard()):
         result = stack.prom.query(q.substitute(expr, rate_interval="1m"))  # status success: a valid query

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.cli import run_roost as roost
+from support.errors import assert_one_line_error
 
 from roost.gateway import registry
 from roost.monitor import queries as q
@@ -148,9 +149,7 @@ def test_single_file_mount_is_told_from_a_folder_mount(tmp_path: Path) -> None:
 def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, reg: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     code, _, err = roost(capsys, monkeypatch, "monitor", *args)
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("roost: error:") and needle in lines[0], err
+    assert_one_line_error(code, err, needle)
 
 
 def test_render_into_a_file_is_refused(reg: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
+import pytest
+from matplotlib.image import imread
 from support.samples import dist, spark_record
 from test_report_write import assert_real_png
 
+from roost import catalogue as C
+from roost.headline import headline
 from roost.records import BenchPoint, RunRecord
 from roost.regress import compare
 from roost.report import charts
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def tiny_cpu_record() -> RunRecord:
@@ -54,14 +63,65 @@ def test_charts_without_data_are_skipped(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_history_marks_this_run_against_the_baseline(tmp_path: Path) -> None:
+def _drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+    """The figures the charts save from now on (``charts._save`` still writes each one)."""
+    figures: list[Figure] = []
+    save = charts._save
+
+    def keep(fig: Figure, path: Path) -> Path:
+        figures.append(fig)
+        return save(fig, path)
+
+    monkeypatch.setattr(charts, "_save", keep)
+    return figures
+
+
+def _near(png: Path, fig: Figure, xy: tuple[float, float], color: str, radius: int = 14) -> int:
+    """Pixels of ``color`` (within a small tolerance) in the saved PNG within ``radius`` px of data point ``xy``
+    of the figure's one axes (the PNG is saved at the figure's own dpi and size, so display coordinates are
+    pixel coordinates, from the bottom)."""
+    from matplotlib.colors import to_rgb
+
+    (ax,) = fig.axes
+    px, py = ax.transData.transform(xy)
+    img = imread(png)[..., :3]
+    row, col = round(float(img.shape[0] - py)), round(float(px))
+    window = img[max(row - radius, 0):row + radius + 1, max(col - radius, 0):col + radius + 1]
+    return int((np.abs(window - np.array(to_rgb(color))).max(axis=-1) < 0.06).sum())
+
+
+def test_history_marks_this_run_against_the_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hist = [spark_record(run_id=f"r{i}", started_at=spark_record().meta.started_at.replace(day=1 + i)) for i in range(1, 4)]
     cur = spark_record(run_id="r9", started_at=spark_record().meta.started_at.replace(day=9), scale=0.8)
-    out = charts.history("decode_tok_s", cur, hist, compare(cur, hist), tmp_path / "h.png")
+    report = compare(cur, hist)
+    drawn = _drawn(monkeypatch)
+    out = charts.history("decode_tok_s", cur, hist, report, tmp_path / "h.png")
     assert out is not None
     assert_real_png(out)
-    # a run with no history at all: one point, still a chart
+    (fig,) = drawn
+    (ax,) = fig.axes
+    metric = C.DECODE.at_prompt(headline(cur).reference_prompt_tokens or 0)
+    cmp = report.get(metric.name)
+    assert cmp is not None and cmp.verdict == "regressed" and cmp.baseline is not None, cmp
+    value = headline(cur).decode_tok_s
+    assert value is not None
+    # this run is the 4th of 4 (by start time) and its mark is drawn there, in the regression's colour
+    (mark,) = [line for line in ax.get_lines() if str(line.get_label()).startswith("this run")]
+    assert mark.get_label() == "this run (regressed)"
+    assert (list(mark.get_xdata()), list(mark.get_ydata())) == ([3], [value])
+    assert mark.get_markeredgecolor() == charts.RED
+    assert [(a.get_text(), a.xy) for a in ax.texts] == [(C.DECODE.format(value), (3, value))]
+    baseline = [line for line in ax.get_lines() if str(line.get_label()).startswith("baseline ")]
+    assert [list(line.get_ydata()) for line in baseline] == [[cmp.baseline, cmp.baseline]]
+    # ... and it is in the PNG: the red ring at this run's point, none at the earlier runs' points
+    earlier = [(i, headline(r).decode_tok_s) for i, r in enumerate(hist)]
+    assert _near(out, fig, (3, value), charts.RED) > 40
+    assert [_near(out, fig, (i, v), charts.RED) for i, v in earlier if v is not None] == [0, 0, 0]
+    # a run with no history at all: one point, still a chart, marked as new
     assert charts.history("peak_output_tok_s", cur, [], None, tmp_path / "one.png") is not None
+    (one,) = drawn[1].axes
+    (mark,) = [line for line in one.get_lines() if str(line.get_label()).startswith("this run")]
+    assert (mark.get_label(), list(mark.get_xdata())) == ("this run (new)", [0])
 
 
 def queued_record() -> RunRecord:

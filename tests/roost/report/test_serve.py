@@ -5,12 +5,13 @@ from __future__ import annotations
 import http.client
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.cli import ROOST
+from support.errors import assert_one_line_error
 
 from roost.errors import UserError
 from roost.report.serve import make_server, resolve_request, server_url
@@ -128,7 +129,6 @@ def test_bad_root_port_in_use_and_urls(tree: Path, tmp_path: Path) -> None:
         make_server(tree, "203.0.113.9", 0)
 
 
-ROOST = str(Path(sys.executable).parent / "roost")
 
 
 def test_the_command_prints_the_url_and_serves(tree: Path) -> None:
@@ -153,6 +153,5 @@ def test_the_command_prints_the_url_and_serves(tree: Path) -> None:
 ])
 def test_bad_flags_are_one_line_exit_2(args: list[str], message: str) -> None:
     res = subprocess.run([ROOST, "results", "serve", *args], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2
-    assert res.stderr.count("\n") == 1 and res.stderr.startswith("roost: error:") and message in res.stderr
+    assert_one_line_error(res.returncode, res.stderr, message, exact=True)
     assert res.stdout == ""

@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support.flow_logs import run_log_messages
 
 from roost.profiles import LOCAL
 from roost.records import ProbeResult
@@ -174,10 +175,7 @@ def test_the_accuracy_runner_reads_message_reasoning(parser_server: Served) -> N
 
 def test_the_probes_task_logs_without_the_key(prefect_api: str, parser_server: Served) -> None:
     from prefect import flow
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.context import get_run_context
-    from prefect.logging.handlers import APILogHandler
     from pydantic import SecretStr
 
     from tasks.probes import probes_task
@@ -191,14 +189,7 @@ def test_the_probes_task_logs_without_the_key(prefect_api: str, parser_server: S
 
     results, run_id = probe_flow()
     assert [(r.name, r.ok) for r in results] == [("reasoning", True), ("tool-auto", False)]
-    APILogHandler().flush()
-
-    async def fetch() -> list[str]:
-        async with get_client() as client:
-            logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[uuid.UUID(run_id)])))
-            return [entry.message for entry in logs]
-
-    messages = asyncio.run(fetch())
+    messages = run_log_messages(uuid.UUID(run_id), flush_s=5)
     assert any(m.startswith("reasoning probe passed in ") for m in messages), messages
     assert any(m.startswith("tool-auto probe failed after ") and "tool_call_probe_failed" in m for m in messages)
     assert all(parser_server.api_key not in m for m in messages)

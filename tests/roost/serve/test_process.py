@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from prefect.exceptions import TerminationSignal
+from support.wait import wait_for
 
 from roost.errors import UserError
 from roost.hosts import CPU
@@ -165,10 +166,7 @@ def test_stop_takes_the_children_with_it(tiny_model: Path, tmp_path: Path) -> No
     fake_python.chmod(0o755)
     spec = ServeSpec(model_dir=tiny_model, served_model_name="m", port=1, log_path=tmp_path / "log")
     server = start_process_server(spec, python=fake_python, host_name="t-stop")
-    deadline = time.monotonic() + 30
-    while not pids.exists() or not pids.read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for("the fake server's child", lambda: pids.exists() and pids.read_text(), timeout_s=30, every_s=0.05)
     child = int(pids.read_text())
     server.stop(grace_s=5)
     assert not server.is_running()

@@ -41,7 +41,10 @@ def blip2_server(session_dir: Path) -> Iterator[tuple[str, str]]:
     model_dir = write_tiny_blip2(session_dir / "tiny-blip2", py)
     key = "vl-key-" + os.urandom(6).hex()
     spec = ServeSpec(model_dir=model_dir, served_model_name="tinyvl", port=free_port(),
-                     vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager"],
+                     # eager with a pinned pool: no warm-up forward at all (vLLM on CPU skips it then); a
+                     # window, pool and batch sized for the probe's one short request at a time
+                     vllm_args=["--dtype", "bfloat16", "--max-model-len", "512", "--enforce-eager",
+                                "--kv-cache-memory-bytes", str(64 * 1024**2), "--max-num-seqs", "2"],
                      log_path=session_dir / "vllm-blip2.log")
     backend = ProcessBackend(CPU.model_copy(update={"name": "test-vision"}))
     server = backend.start(spec, key, backend.prepare())

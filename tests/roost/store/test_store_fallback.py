@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from prefect import flow
+from support.cli import ROOST
 from support.s3 import SECRET_KEY, MotoS3
 from support.samples import spark_run
 
@@ -106,13 +106,13 @@ def test_a_run_whose_store_is_unreachable_fails_with_its_class_and_push_recovers
     waiting = pending_dir(target)
     assert waiting.is_dir() and (tmp_path / "local" / "reports").is_dir()
     # the store answers again (the same URL, now reachable): `roost results push` uploads what waited
-    push = subprocess.run([str(Path(sys.executable).parent / "roost"), "results", "push"], cwd=REPO, capture_output=True,
+    push = subprocess.run([ROOST, "results", "push"], cwd=REPO, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "AWS_ENDPOINT_URL": own_s3.url})
     assert push.returncode == 0, push.stderr
     assert "uploaded" in push.stdout and not waiting.exists()
     (row,) = store.load_runs(target).to_dict(orient="records")
     assert row["run_id"] == spark_run(day=5).meta.run_id and row["status"] == "completed"
-    listing = subprocess.run([str(Path(sys.executable).parent / "roost"), "results", "--json"], cwd=REPO, capture_output=True,
+    listing = subprocess.run([ROOST, "results", "--json"], cwd=REPO, capture_output=True,
                              text=True, timeout=300, env={**os.environ, "AWS_ENDPOINT_URL": own_s3.url})
     assert listing.returncode == 0, listing.stderr
     assert [r["run_id"] for r in json.loads(listing.stdout)] == [row["run_id"]]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import run_roost
+from support.errors import assert_one_line_error
 from support.s3 import SECRET_KEY, MotoS3
 from support.samples import spark_run
 
@@ -87,9 +88,7 @@ def test_results_lists_a_shared_store_by_flag_or_environment(shared: S3Store, ca
 def test_results_store_mistakes_are_one_line(args: list[str], says: str, capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ROOST_RESULTS_STORE", raising=False)
-    code, _, err = run_roost(capsys, monkeypatch, "results", *args)
-    assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
-    assert "Traceback" not in err
+    assert_one_line_error(*run_roost(capsys, monkeypatch, "results", *args)[::2], says)
 
 
 def test_results_on_a_store_that_does_not_answer_is_one_line_exit_1(capsys: pytest.CaptureFixture[str],

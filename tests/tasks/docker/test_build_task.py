@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterTaskRunId
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.client.schemas.sorting import TaskRunSort
 from prefect.context import get_run_context
-from prefect.logging.handlers import APILogWorker
+from support.flow_logs import run_log_messages
 
 from roost.hosts import CPU, CPU_DOCKER
 from roost.serve.base import Prepared
@@ -35,14 +35,6 @@ def _task_runs(flow_run_id: Any) -> list[tuple[str, Any]]:
     return [(str(r.state.name if r.state else ""), r.id) for r in runs]
 
 
-def _task_logs(task_run_id: Any) -> list[str]:
-
-    APILogWorker.drain_all(timeout=10)
-    with get_client(sync_client=True) as client:
-        logs = client.read_logs(log_filter=LogFilter(task_run_id=LogFilterTaskRunId(any_=[task_run_id])))
-    return [log.message for log in logs]
-
-
 def test_build_task_caches_by_the_dockerfile_hash_while_the_image_exists(
     prefect_api: str, docker_engine: docker.DockerClient, base_image: str
 ) -> None:
@@ -62,7 +54,7 @@ def test_build_task_caches_by_the_dockerfile_hash_while_the_image_exists(
     assert first.image == f"roost/vllm:{sha[:12]}" and not first.cached and first.seconds > 0
     ((state, task_run),) = _task_runs(run1)
     assert state == "Completed"
-    messages = _task_logs(task_run)
+    messages = run_log_messages(task_run_id=task_run, flush_s=10)
     assert any(m.startswith("Step 3/") for m in messages), messages  # streamed build lines
     assert not any("pip install" in m for m in messages)  # the base's xgrammar is the pin: no patch layer
     assert any(m.startswith("roost-xgrammar-check: ok xgrammar 0.2.8 imports from") for m in messages)  # the check step

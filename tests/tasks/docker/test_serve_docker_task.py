@@ -6,18 +6,17 @@ health-wait task fails at once when that container dies."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
 from prefect.context import get_run_context
-from prefect.logging.handlers import APILogWorker
 from pydantic import SecretStr
+from support.flow_logs import run_log_messages
+from support.wait import poll
 
 from roost.hosts import CPU_DOCKER
 from roost.net import free_port
@@ -73,14 +72,6 @@ def test_one_slot_per_host(prefect_api: str) -> None:
         pass  # another host's slot is free while this one is held
 
 
-def _logs_of_flow_run(flow_run_id: Any) -> list[str]:
-
-    APILogWorker.drain_all(timeout=10)
-    with get_client(sync_client=True) as client:
-        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-    return [log.message for log in logs]
-
-
 def test_serve_task_in_a_flow_streams_the_container_log(prefect_api: str, docker_engine: docker.DockerClient,
                                                         base_image: str, docker_tiny_model: Path) -> None:
 
@@ -99,9 +90,7 @@ def test_serve_task_in_a_flow_streams_the_container_log(prefect_api: str, docker
             try:
                 info = server.describe()
                 labels = docker_engine.containers.get(info.container).labels
-                deadline = time.monotonic() + 120
-                while not server.logs() and time.monotonic() < deadline:  # the container's first line
-                    time.sleep(0.2)
+                poll(server.logs, timeout_s=120, every_s=0.2)  # the container's first line
                 docker_engine.containers.get(info.container).kill()  # it dies while the wait runs
                 with pytest.raises(ServerExited, match="exited with code 137"):
                     health_wait_task(server, SecretStr("task-key"), 600)
@@ -112,7 +101,7 @@ def test_serve_task_in_a_flow_streams_the_container_log(prefect_api: str, docker
 
     name, host_label, first, run_id = serve_flow()
     assert (name, host_label) == ("roost-taskhost-tiny", "taskhost")
-    messages = _logs_of_flow_run(run_id)
+    messages = run_log_messages(run_id, flush_s=10)
     assert f"[roost-taskhost-tiny] {first}" in messages  # the server's lines reach the Prefect logger
     assert any(m.startswith("vLLM starting (container roost-taskhost-tiny) at http://127.0.0.1:") for m in messages)
     assert roost_containers(docker_engine, "taskhost") == []

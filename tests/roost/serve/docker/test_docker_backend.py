@@ -6,13 +6,13 @@ vLLM but are not waited for (the lifecycle up to a ready server is test_backend_
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from docker.errors import NotFound
+from support.wait import poll
 
 from roost.errors import StageFailed, UserError
 from roost.hosts import CPU_DOCKER, HostProfile
@@ -151,11 +151,7 @@ def test_the_container_runs_the_way_the_recipes_do(started: tuple[DockerServer, 
             s.settimeout(2)
             s.connect((other, port))
     # the one followed log stream: lines reach the log callback (prefixed) and new_log_text, once each
-    deadline = time.monotonic() + 120
-    text = ""
-    while not text and time.monotonic() < deadline:
-        text += server.new_log_text()
-        time.sleep(0.2)
+    text = poll(server.new_log_text, timeout_s=120, every_s=0.2)
     first = text.splitlines()[0]
     assert f"[{server.name}] {first}" in said and said[0].startswith(f"starting roost-dtest-tiny from {server.image}")
     assert server.logs().startswith(text) and KEY not in server.logs()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from support.wait import poll
 
 from roost.errors import StageFailed
 from roost.hosts import CPU, HostProfile
@@ -52,9 +53,7 @@ def run_fake(client: docker.DockerClient, image: str, script: str, *, name: str,
 
 
 def wait_exit(server: DockerServer, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while server.is_running() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    poll(server.is_running, lambda running: not running, timeout_s=timeout_s, every_s=0.1)
 
 
 # vLLM 0.32's messages, verbatim from its source, as its engine-core process logs them
