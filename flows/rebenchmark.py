@@ -166,11 +166,17 @@ def _record_for(server: ServerInfo, prof: ModelProfile, target: HostProfile, ask
     return record
 
 
+def _found_serving(rec: RunRecord) -> bool:
+    """Whether ``rec`` is a run that found the server already up (an earlier rebenchmark): it started
+    nothing, so it is not the land run whose identity the server has (it may have found none)."""
+    return any(s.stage == "serve" and s.status == "skipped" for s in rec.stages)
+
+
 def _inherit(server: ServerInfo, prof: ModelProfile, target: HostProfile) -> RunRecord:
     """A new record carrying the identity of the stored land run that started ``server`` (if stored)."""
     base: RunRecord | None = None
     for rec in reversed(load_records(model=prof.repo_id, host=target.name)):
-        if rec.status != "completed" or rec.meta.served_model_name != server.served_model_name:
+        if rec.status != "completed" or rec.meta.served_model_name != server.served_model_name or _found_serving(rec):
             continue
         if server.started_at is None or rec.meta.started_at <= server.started_at + LAND_RECORD_SLACK:
             base = rec

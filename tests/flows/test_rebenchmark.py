@@ -17,7 +17,7 @@ from support.samples import check_decode_records
 from roost.errors import UserError
 from roost.hosts import CPU
 from roost.profiles import LOCAL
-from roost.records import RunMeta, RunRecord
+from roost.records import RunMeta, RunRecord, StageTiming, new_run_id
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +58,22 @@ def earlier_land(vllm_server: Any) -> RunRecord:
     return rec
 
 
+@pytest.fixture
+def earlier_rebenchmark(earlier_land: RunRecord, vllm_server: Any) -> RunRecord:
+    """A stored rebenchmark of the same server after the land run (as a nightly run leaves), one that found
+    no land run to inherit from: no commit. It started nothing, so it is not the server's identity."""
+    from roost.store import append_run
+
+    rec = RunRecord(meta=earlier_land.meta.model_copy(update={
+        "run_id": new_run_id(), "started_at": dt.datetime.now(dt.UTC), "commit": "",
+        "vllm_args": []}), stages=[StageTiming(stage="serve", seconds=0.0, status="skipped", note="already serving")])
+    append_run(rec)
+    return rec
+
+
 def test_benchmarks_what_the_host_serves(blocks: None, vllm_server: Any, earlier_land: RunRecord,
-                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+                                         earlier_rebenchmark: RunRecord, monkeypatch: pytest.MonkeyPatch,
+                                         tmp_path: Path) -> None:
     from flows.rebenchmark import rebenchmark
     from roost.gateway import registry
 
@@ -90,6 +104,7 @@ def test_benchmarks_what_the_host_serves(blocks: None, vllm_server: Any, earlier
     assert record["meta"]["served_model_name"] == "tiny" and record["meta"]["host"] == HOST
     assert record["meta"]["vllm_version"] == "0.32.0"  # asked of the running server
     # the identity of the land run that started the server, so the regression check compares like with like
+    # (not of the later rebenchmark, which found the server serving)
     assert record["meta"]["commit"] == earlier_land.meta.commit
     assert record["meta"]["vllm_args"] == ["--dtype", "bfloat16"]
     assert record["plan"] == {"kv_cache_tokens": 1234} and record["decode_ceiling_tok_s"] == 99.0
