@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -15,6 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# A suite started in the background (`cmd &` in a script, nohup, some CI runners) inherits SIGINT ignored, and
+# every process it starts would too: a Prefect worker or server stops on SIGTERM by sending itself SIGINT with
+# the disposition it inherited, so it would ignore it and wait for the SIGKILL 30 s later (measured: 90 s in one
+# module's teardown, ~4.5 minutes a run). The session's children get SIGINT as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="roost-tests-"))
 # Before anything imports prefect or roost.settings: keep tests away from the user's state.
@@ -123,8 +131,9 @@ class VllmServerInfo:
 def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]:
     """A real vLLM CPU server for the tiny model, with an API key; shared by the whole session.
 
-    Started through the process backend on a host named ``test-session`` (its state file says so), on
-    the session's compile cache."""
+    Started through the process backend on a host named ``test-session`` (its state file says so), eager:
+    no torch.compile warm-up, ready in ~40 s instead of 65-100 s (each xdist worker starts one). No test on it
+    is about compiling; its timing tests judge roost against another client on the same server."""
     from roost.hosts import CPU
     from roost.net import free_port
     from roost.serve.base import ServeSpec
@@ -133,7 +142,7 @@ def vllm_server(tiny_model: Path, session_dir: Path) -> Iterator[VllmServerInfo]
 
     key = "test-key-" + os.urandom(6).hex()
     spec = ServeSpec(model_dir=tiny_model, served_model_name="tiny", port=free_port(),
-                     vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048"],
+                     vllm_args=["--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager"],
                      log_path=session_dir / "vllm-session.log",
                      # the timing tests on this server (agreement with `vllm bench serve`, regression noise)
                      # pin their clients away from the CPU vLLM's OpenMP binding gives the model worker,

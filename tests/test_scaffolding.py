@@ -80,3 +80,15 @@ def test_run_logs_reads_every_line_once_across_pages_of_tied_timestamps(prefect_
     assert [line.timestamp for line in got] == sorted(line.timestamp for line in got)
     assert sorted(line.message for line in run_logs(task_run_id=task)) == sorted(
         line.message for line in lines if line.task_run_id == task)
+
+
+def test_the_sessions_children_get_sigint_as_from_a_terminal() -> None:
+    """A suite started in the background inherits SIGINT ignored (tests/conftest.py): the processes it starts
+    must not, or a Prefect worker told to stop (SIGTERM, which it turns into SIGINT) waits for SIGKILL."""
+    import signal
+    import subprocess
+    import sys
+
+    code = "import os; print(next(l for l in open('/proc/self/status') if l.startswith('SigIgn:')).split()[1])"
+    ignored = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout, 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)), f"SigIgn {ignored:#x}"

@@ -15,6 +15,8 @@ here only over a veth pair at a private address, as roost reaches a Spark's engi
   rules and published ports live in the namespace.
 - Images reach it as they reach a remote engine: ``docker save`` here, ``docker -H tcp://... load`` there.
 
+:class:`Prefetch` sets one up in a thread of its own, so that the image load (70-110 s) overlaps other tests.
+
 :func:`remote_engine` tears everything down whatever happened (containers, dockerd, processes under its root,
 mounts, the tmpfs, the veth, the namespace) and then fails if anything is left. One a pytest process killed
 before its teardown left behind (its pid is gone) is torn down by the next one.
@@ -29,6 +31,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -295,3 +298,36 @@ def remote_engine(log: Path, images: Sequence[str] = ()) -> Iterator[RemoteEngin
             raise AssertionError("the remote engine's teardown: " + "; ".join(left))
         for line in left:  # the body's own failure is the one to report: these are said beside it
             print(f"remote engine teardown: {line}")
+
+
+class Prefetch:
+    """:func:`remote_engine` entered in a thread of its own from the start: :meth:`engine` waits for it (and
+    raises what setting it up raised), :meth:`close` tears it down (raising what the teardown found; once)."""
+
+    def __init__(self, log: Path, images: Sequence[str] = ()) -> None:
+        self._stack = contextlib.ExitStack()
+        self._engine: RemoteEngine | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._enter, args=(log, list(images)), name="remote-engine",
+                                        daemon=True)
+        self._thread.start()
+
+    def _enter(self, log: Path, images: list[str]) -> None:
+        try:
+            self._engine = self._stack.enter_context(remote_engine(log, images))
+        except BaseException as error:  # handed to the caller of engine()
+            self._error = error
+
+    def engine(self, timeout_s: float = START_TIMEOUT_S + 600) -> RemoteEngine:
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise AssertionError(f"the remote engine was not set up within {timeout_s:.0f} s")
+        if self._error is not None:
+            raise self._error
+        assert self._engine is not None
+        return self._engine
+
+    def close(self) -> None:
+        self._thread.join()
+        stack, self._stack = self._stack, contextlib.ExitStack()
+        stack.close()

@@ -32,7 +32,7 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.workers.process import ProcessWorker
-from support.remote_engine import RemoteEngine, remote_engine
+from support.remote_engine import Prefetch, RemoteEngine
 from support.workers import start_worker, wait_final
 
 from blocks.hosts import HostBlock
@@ -61,9 +61,14 @@ _ACCESS = re.compile(r'INFO:\s+(\d+\.\d+\.\d+\.\d+):\d+ - "')
 
 
 @pytest.fixture(scope="module")
-def engine(session_dir: Path, base_image: str) -> Iterator[RemoteEngine]:
-    with remote_engine(session_dir / "remote-engine" / "dockerd.log", images=[base_image]) as eng:
-        yield eng
+def engine(remote_engine_prefetch: Prefetch | None) -> Iterator[RemoteEngine]:
+    """The second engine the directory's conftest started setting up with the session's first test here;
+    torn down at the module's end."""
+    assert remote_engine_prefetch is not None  # set up whenever this module is in the session
+    try:
+        yield remote_engine_prefetch.engine()
+    finally:
+        remote_engine_prefetch.close()
 
 
 def _delete_prefect_objects(deployment: str) -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -88,25 +89,37 @@ def test_openai_client_usage_equals_vllms_per_key(vllm_gateway: GatewayProcess, 
         assert secret not in text and secret not in gw.log()
 
 
-def _vllm_counts(base_url: str, key: str) -> tuple[float, float]:
-    """vLLM's requests running now, and the tokens it has generated so far (vLLM's metrics do not count an
-    aborted request among the finished ones: the tokens it stopped at show the abort)."""
+class VllmCounts(NamedTuple):
+    """From vLLM's ``/metrics``: requests running now, tokens generated so far, and requests finished at
+    their length (an aborted request is not counted finished: its tokens stop where it was aborted)."""
+
+    running: float
+    generated: float
+    finished_at_length: float
+
+
+def _vllm_counts(base_url: str, key: str) -> VllmCounts:
     text = httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=10).text
-    totals = prometheus.totals(prometheus.parse_text(text))
-    return totals.get("vllm:num_requests_running", 0.0), totals.get("vllm:generation_tokens_total", 0.0)
+    samples = prometheus.parse_text(text)
+    totals = prometheus.totals(samples)
+    length = sum(s.value for s in samples
+                 if s.name == "vllm:request_success_total" and s.labels.get("finished_reason") == "length")
+    return VllmCounts(totals.get("vllm:num_requests_running", 0.0), totals.get("vllm:generation_tokens_total", 0.0),
+                      length)
 
 
-# vLLM decodes one answer of the tiny model's 1900 tokens in about two seconds, and while it does, a loaded
-# two-core machine can leave every other process unscheduled for a second (measured: the test's own thread
-# and an outside one alike): the answer could be whole before the client left. Sixteen choices of it take
-# vLLM ten seconds or more, as a big model's one answer would on a Spark.
-CHOICES, MAX_TOKENS, CHUNKS = 16, 1900, 20
+# vLLM decodes one answer of the tiny model's 1900 tokens in about two seconds; a loaded two-core machine
+# can leave the gateway unscheduled for seconds (ten, once, with eight other test sessions beside it), time
+# in which vLLM decodes on. Thirty-two choices of it take vLLM twenty seconds or more, as a big model's one
+# answer would on a Spark; an abort stops it long before, whatever the load.
+CHOICES, MAX_TOKENS, CHUNKS = 32, 1900, 20
+LEAVE_TRIES = 3  # a try in which vLLM had decoded every choice before the client left proves nothing
 
 
-def _leave_mid_stream(gw: GatewayProcess, key: str, vllm: Any) -> tuple[dict[str, Any], int, tuple[float, float]]:
+def _leave_mid_stream(gw: GatewayProcess, key: str, vllm: Any) -> tuple[dict[str, Any], int, VllmCounts]:
     """Stream ``CHOICES`` long answers, leave once ``CHUNKS`` chunks with text are read: the usage row of that
     request, the completion tokens the client saw counted (vLLM's usage on a chunk is its choice's), and
-    vLLM's counts (:func:`_vllm_counts`) the moment after the client left."""
+    vLLM's counts the moment after the client left."""
     before = len(usage_rows(gw.db_url))
     body = {"model": "tiny", "messages": [{"role": "user", "content": "write a long story"}], "n": CHOICES,
             "max_tokens": MAX_TOKENS, "temperature": 1, "ignore_eos": True, "stream": True,
@@ -132,26 +145,41 @@ def _leave_mid_stream(gw: GatewayProcess, key: str, vllm: Any) -> tuple[dict[str
 def test_a_client_leaving_mid_stream_aborts_vllms_request(vllm_gateway: GatewayProcess, vllm_server: Any,
                                                           tmp_path: Path) -> None:
     """The client leaves mid-answer: the gateway bills what it forwarded, every choice's tokens, as
-    ``client_disconnected``, and vLLM aborts the request instead of decoding the rest."""
+    ``client_disconnected``, and vLLM aborts the request instead of decoding the rest: by vLLM's own
+    account no choice finished, and it generated fewer tokens than the whole answer."""
     gw = vllm_gateway
     key = add_key(gw.db_url, "leaver", "device")
     base, vkey = vllm_server.base_url, vllm_server.api_key
     whole = CHOICES * MAX_TOKENS
-    for _ in range(3):
-        _, generated_before = _vllm_counts(base, vkey)
-        row, client_saw, (_, generated_after) = _leave_mid_stream(gw, key, vllm_server)
-        counts = poll(lambda: _vllm_counts(base, vkey), lambda c: c[0] <= 0, timeout_s=60, every_s=0.2)
-        # a try in which vLLM had decoded the whole answer by the time the client left proves nothing
-        if generated_after - generated_before < whole:
+    # the account can tell: an answer read to its end moves vLLM's count of choices finished at their length
+    before = _vllm_counts(base, vkey)
+    with httpx.stream("POST", f"{gw.url}/v1/chat/completions", timeout=60, headers={"Authorization": f"Bearer {key}"},
+                      json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "n": 2, "max_tokens": 4,
+                            "temperature": 1, "ignore_eos": True, "stream": True}) as resp:
+        assert resp.status_code == 200
+        assert [line for line in resp.iter_lines() if line.startswith("data: ")][-1] == "data: [DONE]"
+    finished = poll(lambda: _vllm_counts(base, vkey), lambda c: c.running <= 0, timeout_s=30, every_s=0.2)
+    assert finished.finished_at_length - before.finished_at_length == 2, (before, finished)
+    for _ in range(LEAVE_TRIES):
+        start = _vllm_counts(base, vkey)
+        row, client_saw, left = _leave_mid_stream(gw, key, vllm_server)
+        t_left = time.monotonic()
+        end = poll(lambda: _vllm_counts(base, vkey), lambda c: c.running <= 0, timeout_s=120, every_s=0.2)
+        idle_s = time.monotonic() - t_left
+        if left.generated - start.generated < whole:
             break
     else:
-        raise AssertionError("three times vLLM had decoded the whole answer before the client left")
+        raise AssertionError(f"{LEAVE_TRIES} times vLLM had decoded the whole answer before the client left")
     assert row["status"] == "client_disconnected", row["status"]
     assert row["completion_source"] == "usage"  # vLLM's own counts, on the last chunk of each choice forwarded
     assert max(client_saw, CHUNKS) <= row["completion_tokens"] < whole  # every choice's tokens, not one chunk's
-    running, generated = counts
-    # aborted, not generating on: vLLM, still decoding when the client left, stopped short of the whole answer
-    assert running == 0 and generated - generated_before < whole, (counts, generated_before, row)
+    said = (f"vLLM: {left.generated - start.generated:.0f} tokens when the client left, "
+            f"{end.generated - start.generated:.0f} of {whole} when it went idle {idle_s:.1f} s later; "
+            f"{end.finished_at_length - start.finished_at_length:.0f} choices finished at their length; row {row}")
+    print(said)
+    # aborted, not decoding on: no choice finished, and vLLM stopped short of the whole answer
+    assert end.running == 0 and end.finished_at_length == start.finished_at_length, said
+    assert end.generated - start.generated < whole, said
 
 
 def test_several_choices_and_prompts_are_billed_whole(vllm_gateway: GatewayProcess, vllm_server: Any) -> None:
