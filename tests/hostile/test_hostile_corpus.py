@@ -1,6 +1,7 @@
 """The hostile-input corpus (tests/hostile/corpus.py), every case a ``roost`` process of its own.
 
-The cases run two at a time (most of them wait on nothing but roost's start) once per session;
+The cases run once per session, two at a time (most of them wait on nothing but roost's start), those
+facing the server that never answers each in a thread of its own beside them;
 each test then judges one case: its exit code, one stderr line for exit 2, no traceback and no
 "internal error", no planted secret in its output, done within its time bound and its memory bound.
 """
