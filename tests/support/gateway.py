@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -111,3 +112,11 @@ def wait_row(db_url: str, match: Callable[[dict[str, Any]], bool], timeout_s: fl
     if found is None:
         raise AssertionError(f"no matching usage row within {timeout_s:g} s")
     return found
+
+
+def until_closed(sock: socket.socket) -> bytes:
+    """What the peer sends on ``sock`` until it closes the connection."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.gateway import ROOST, UPSTREAM_KEY, GatewayProcess, add_key, usage_rows, wait_row
+from support.gateway import ROOST, UPSTREAM_KEY, GatewayProcess, add_key, until_closed, usage_rows, wait_row
 from support.recording_upstream import MODEL, RecordingUpstream
 
 
@@ -65,10 +65,7 @@ def raw(port: int, request: bytes) -> bytes:
     """Send ``request`` as bytes on a fresh connection, read until the gateway closes it."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(request)
-        out = b""
-        while chunk := sock.recv(65536):
-            out += chunk
-    return out
+        return until_closed(sock)
 
 
 def assert_no_internals(text: str, upstream: RecordingUpstream) -> None:

@@ -16,7 +16,16 @@ from typing import Any
 import httpx
 import pytest
 from bench_synthetic import Synthetic, start_synthetic
-from support.gateway import ROOST, UPSTREAM_KEY, GatewayProcess, add_key, usage_rows, wait_row, wait_rows
+from support.gateway import (
+    ROOST,
+    UPSTREAM_KEY,
+    GatewayProcess,
+    add_key,
+    until_closed,
+    usage_rows,
+    wait_row,
+    wait_rows,
+)
 from support.wait import wait_for
 
 TEMPLATE = 5  # the synthetic server's chat template, in tokens
@@ -132,14 +141,6 @@ def test_models_are_the_union_and_unknown_models_and_bad_bodies_are_refused(gate
     assert backend_log(backend)[seen:] == []
 
 
-def _until_closed(s: socket.socket) -> bytes:
-    """What the peer sends until it closes the connection."""
-    chunks = []
-    while chunk := s.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def test_a_client_that_sends_its_body_slowly_is_cut_before_anything_is_forwarded(gateway: GatewayProcess, alice: str,
                                                                                  backend: Synthetic) -> None:
     seen = len(backend_log(backend))
@@ -149,7 +150,7 @@ def test_a_client_that_sends_its_body_slowly_is_cut_before_anything_is_forwarded
                   "Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"model\": ".encode())
         first = s.recv(65536)
         waited = time.monotonic() - t0
-        answer = (first + _until_closed(s)).decode()  # the head and the body may come in two segments
+        answer = (first + until_closed(s)).decode()  # the head and the body may come in two segments
     assert answer.startswith("HTTP/1.1 408"), answer[:200]
     assert "request body not received within 2 s" in answer, answer  # the gateway's own --body-timeout
     assert waited >= 1.99, waited  # not cut before it (a loaded machine only makes the answer later)

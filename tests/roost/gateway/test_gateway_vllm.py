@@ -176,7 +176,6 @@ def test_a_client_leaving_mid_stream_aborts_vllms_request(vllm_gateway: GatewayP
     said = (f"vLLM: {left.generated - start.generated:.0f} tokens when the client left, "
             f"{end.generated - start.generated:.0f} of {whole} when it went idle {idle_s:.1f} s later; "
             f"{end.finished_at_length - start.finished_at_length:.0f} choices finished at their length; row {row}")
-    print(said)
     # aborted, not decoding on: no choice finished, and vLLM stopped short of the whole answer
     assert end.running == 0 and end.finished_at_length == start.finished_at_length, said
     assert end.generated - start.generated < whole, said
