@@ -21,10 +21,13 @@ from flows.stages import (
     download_stage,
     eval_datasets_stage,
     eval_stage,
+    gateway_benchmark_stage,
+    gateway_door,
     gateway_stage,
     host_check_stage,
     host_slot_stage,
     hub_source,
+    measured_directly,
     mtp_ab_stage,
     preflight_stage,
     probe_stage,
@@ -76,10 +79,17 @@ def land(profile: str = "local", revision: str | None = None, host: str | None =
             gateway_stage(record, loaded.server.base_url, prof.served_model_name, target)
         else:
             run.stop_when_done(loaded.server)
-        probe_stage(record, loaded.server.base_url, key, prof)
-        vision_stage(record, plan, loaded.server.base_url, key, prof.served_model_name)
-        benchmark_stage(record, loaded.server.base_url, prof, key, server=loaded.server)
-        eval_stage(record, loaded.server.base_url, prof, key, evals)
-        if prof.mtp_ab if mtp_ab is None else mtp_ab:
-            mtp_ab_stage(record, backend, loaded, key, prepared, prof, health_timeout_s, keep_serving=keep_serving)
+        base_url = loaded.server.base_url
+        # a kept server is measured as its clients reach it too: through the gateway, with a key of the run's own
+        with gateway_door(record, target, prof.served_model_name, keep_serving) as door:
+            with measured_directly(base_url, keep_serving):  # the bypass alert knows this traffic is roost's
+                probe_stage(record, base_url, key, prof)
+                vision_stage(record, plan, base_url, key, prof.served_model_name)
+                benchmark_stage(record, base_url, prof, key, server=loaded.server)
+            gateway_benchmark_stage(record, door, prof, key, base_url)
+            eval_stage(record, door.url if door else base_url, prof, door.key if door else key, evals)
+            if prof.mtp_ab if mtp_ab is None else mtp_ab:
+                with measured_directly(base_url, keep_serving):
+                    mtp_ab_stage(record, backend, loaded, key, prepared, prof, health_timeout_s,
+                                 keep_serving=keep_serving)
     return run.result()

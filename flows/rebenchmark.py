@@ -26,9 +26,17 @@ from blocks.resolve import VLLM_API_KEY_BLOCK, all_profiles, load_host, load_pro
 from flows.identity import initial_run_name, name_run, roost_logs_to_run
 from flows.land import land
 from flows.lifecycle import new_record, pipeline_run
-from flows.stages import benchmark_stage, eval_datasets_stage, eval_stage, hub_source, stage
+from flows.stages import (
+    benchmark_stage,
+    eval_datasets_stage,
+    eval_stage,
+    gateway_benchmark_stage,
+    gateway_door,
+    hub_source,
+    measured_directly,
+    stage,
+)
 from roost.errors import StageFailed, UserError
-from roost.gateway import registry
 from roost.hosts import HostProfile
 from roost.profiles import ModelProfile
 from roost.records import RunRecord, StageTiming
@@ -96,13 +104,17 @@ def _benchmark_serving(found: list[ServerInfo], target: HostProfile, profile: st
         with stage(record, "connect"):
             key = _server_key(server)
         record.meta.vllm_version = server_version(server.base_url, key) or record.meta.vllm_version
-        # measured directly, not through the gateway: the bypass alert is told (roost.monitor)
-        with registry.direct_traffic(server.base_url):
-            benchmark_stage(record, server.base_url, prof, key, served_model_name=server.served_model_name)
+        name = server.served_model_name
+        # measured directly (the bypass alert is told: roost.monitor) and as clients reach it, through the gateway
+        with gateway_door(record, target, name, keep_serving=True) as door:
+            with measured_directly(server.base_url, keep_serving=True):
+                benchmark_stage(record, server.base_url, prof, key, served_model_name=name)
+            gateway_benchmark_stage(record, door, prof, key, server.base_url, served_model_name=name)
             if evaluate and prof.evals:
                 with hub_source(prof) as endpoint:  # the demo's datasets live on its mirror
                     evals = eval_datasets_stage(record, prof, endpoint)
-                eval_stage(record, server.base_url, prof, key, evals, served_model_name=server.served_model_name)
+                eval_stage(record, door.url if door else server.base_url, prof, door.key if door else key, evals,
+                           served_model_name=name)
     return run.result()
 
 

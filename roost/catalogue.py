@@ -69,6 +69,10 @@ Per run
 ``probe_latency_s``      one capability probe (reasoning split, named tool call, JSON-schema output),
                          after the health-wait: request sent -> whole answer, per probe.
 ``unmeasurable_requests`` completed requests whose decode timing was unmeasurable (see above).
+``gateway_added_ttft_ms``  the kept server's sweep through the metering gateway (a key of roost's own)
+                         beside the same sweep direct: median TTFT through it minus direct, per point
+                         (``gateway_added_ttft_p99_ms``: the p99s), and ``gateway_throughput_ratio``,
+                         aggregate output tok/s through it / direct.
 ======================== ======================================================================
 
 Accuracy (``roost eval``, the pipeline's evaluations; ``roost/eval/scoring.py``)
@@ -78,6 +82,9 @@ Accuracy (``roost eval``, the pipeline's evaluations; ``roost/eval/scoring.py``)
                            as wrong and are counted apart (``unparsed``, ``truncated``).
 ``accuracy_ci95``          the 95 % Wilson score interval of the accuracy.
 ``mean_output_tokens``     completion tokens (reasoning included, from ``usage``) / n.
+``truncation_rate``        truncated / n, in %, with its 95 % Wilson interval (``unparsed_rate``: the
+                           same of the unparsed answers).
+``output_tokens``          one answer's completion tokens: mean, median and p90 over the sample.
 ``accuracy_paired_change`` correct now minus correct in the baseline over the questions both runs
                            answered, in points; a regression only when McNemar's exact test on
                            the discordant pairs gives p < 0.05.
@@ -242,6 +249,17 @@ PROBE_LATENCY = Metric(name="probe_latency_s", label="probe", unit="s", directio
                                   "tool call, JSON-schema output): sent -> whole answer")
 CATALOGUE |= {m.name: m for m in (MTP_SPEEDUP, SPEC_ACCEPTANCE, VISION_PROBE_LATENCY, PROBE_LATENCY)}
 
+# The gateway hop (roost/bench/gateway_hop.py): the same sweep sent to vLLM directly and through the gateway.
+GATEWAY_ADDED_TTFT = Metric(name="gateway_added_ttft_ms", label="added by the gateway (TTFT p50)", unit="ms",
+                            direction=L, definition="median TTFT through the gateway - median TTFT sent to vLLM "
+                            "directly, same point (prompt length and concurrency), same run")
+GATEWAY_ADDED_TTFT_P99 = Metric(name="gateway_added_ttft_p99_ms", label="added by the gateway (TTFT p99)", unit="ms",
+                                direction=L, definition="p99 TTFT through the gateway - p99 TTFT direct, same point")
+GATEWAY_THROUGHPUT_RATIO = Metric(name="gateway_throughput_ratio", label="throughput through the gateway", unit="x",
+                                  direction=H, definition="median aggregate output tok/s through the gateway / the "
+                                  "same direct, same point (1.0: the hop costs no throughput)")
+CATALOGUE |= {m.name: m for m in (GATEWAY_ADDED_TTFT, GATEWAY_ADDED_TTFT_P99, GATEWAY_THROUGHPUT_RATIO)}
+
 # Accuracy (roost/eval/scoring.py computes them; stored as fractions, printed as percentages)
 ACCURACY = Metric(name="accuracy", label="accuracy", unit="%", direction=H,
                   definition="correct / n over every question of the sample (unparsed and truncated count as wrong)")
@@ -257,6 +275,16 @@ ACCURACY_CHANGE = Metric(name="accuracy_paired_change", label="paired accuracy c
                          definition="(correct now - correct in the baseline) / paired questions, in points; judged "
                          "by McNemar's exact test on the discordant pairs (p < 0.05)")
 CATALOGUE |= {m.name: m for m in (ACCURACY, ACCURACY_CI, UNPARSED, TRUNCATED, MEAN_OUTPUT_TOKENS, ACCURACY_CHANGE)}
+
+# Two models side by side (roost/report/compare.py: the recipe's comparison with the model it replaced)
+TRUNCATION_RATE = Metric(name="truncation_rate", label="truncated", unit="%", direction=L,
+                         definition="truncated answers / n x 100, with its 95 % Wilson interval")
+UNPARSED_RATE = Metric(name="unparsed_rate", label="unparsed", unit="%", direction=L,
+                       definition="unparsed answers / n x 100, with its 95 % Wilson interval")
+OUTPUT_TOKENS = Metric(name="output_tokens", label="output tokens per answer", unit="tokens", direction=None,
+                       definition="usage.completion_tokens of one answer (reasoning included): the long-form length; "
+                                  "its mean is mean_output_tokens, its median and p90 come from the stored answers")
+CATALOGUE |= {m.name: m for m in (TRUNCATION_RATE, UNPARSED_RATE, OUTPUT_TOKENS)}
 
 
 def accuracy_for(title: str, task: str) -> Metric:

@@ -26,7 +26,7 @@ app = typer.Typer(
 )
 
 # Command modules, in the order `roost --help` lists them.
-COMMANDS = ["run", "download", "audit", "plan", "diagnose", "bench", "eval", "results", "sweep", "gateway", "monitor", "setup", "doctor"]
+COMMANDS = ["run", "download", "audit", "plan", "diagnose", "bench", "eval", "results", "compare", "sweep", "gateway", "monitor", "setup", "doctor"]
 
 
 for _name in COMMANDS:

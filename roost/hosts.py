@@ -8,9 +8,10 @@ over 15.87 GB read per decode token -> 17.2 tok/s).
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from roost.errors import UserError
 from roost.locations import parse_store_location, validate_results_url
@@ -60,6 +61,10 @@ class HostProfile(BaseModel):
         default="", description="Where a browser reaches this host's reports (`roost results serve`), e.g. "
         "http://spark.tailnet:8765/; empty: none (charts inline only). ROOST_RESULTS_URL on the worker overrides it.")
 
+    gateway_url: str = Field(
+        default="http://127.0.0.1:8080", description="The metering gateway in front of this host's kept servers, "
+        "as the worker reaches it: a landing that keeps its server benchmarks and evaluates it through the "
+        "gateway too, with a key of its own; empty: none. ROOST_GATEWAY_URL on the worker overrides it.")
     results_store: str = Field(
         default="", description="The results store this host's runs write to and compare with: a directory (a "
         "filesystem the team shares) or s3://BUCKET/PREFIX; empty: the worker's results directory. "
@@ -67,11 +72,26 @@ class HostProfile(BaseModel):
     results_store_credentials: str = Field(
         default="", description="Name of the Roost Store Credentials block for an s3:// store (empty: the "
         "worker's AWS_* environment). Never put credentials in the URL.")
+    openwebui_db: str = Field(
+        default="", description="Open WebUI's SQLite database (its webui.db, an absolute path on the worker): a "
+        "production landing makes the new model Open WebUI's default there (roost.gateway.openwebui). Empty, and "
+        "no openwebui_url: Open WebUI is left alone and the report says what to change by hand.")
+    openwebui_url: str = Field(
+        default="", description="Open WebUI's base URL, e.g. http://127.0.0.1:3000/ (instead of openwebui_db): a "
+        "production landing sets the default model through its admin API, with an admin's API key.")
+    openwebui_api_key_secret: str = Field(
+        default="", description="Name of the Prefect Secret block holding that Open WebUI API key (empty: "
+        "ROOST_OPENWEBUI_API_KEY on the worker). Never put the key in the URL.")
 
     @field_validator("results_url")
     @classmethod
     def _results_url(cls, value: str) -> str:
         return validate_results_url(value, "results_url")
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _gateway_url(cls, value: str) -> str:
+        return validate_results_url(value, "gateway_url").rstrip("/")
 
     @field_validator("vllm_venv")
     @classmethod
@@ -84,6 +104,30 @@ class HostProfile(BaseModel):
         if value.strip():
             parse_store_location(value, "results_store")
         return value.strip()
+
+    @field_validator("openwebui_url")
+    @classmethod
+    def _openwebui_url(cls, value: str) -> str:
+        return validate_results_url(value, "openwebui_url")
+
+    @field_validator("openwebui_db")
+    @classmethod
+    def _openwebui_db(cls, value: str) -> str:
+        value = value.strip()
+        if value and not PurePosixPath(value).is_absolute():
+            raise UserError(f"openwebui_db {value!r}: give the absolute path of Open WebUI's webui.db on the worker, "
+                            "e.g. /var/lib/open-webui/webui.db")
+        return value
+
+    @model_validator(mode="after")
+    def _openwebui_one_way(self) -> HostProfile:
+        if self.openwebui_db and self.openwebui_url:
+            raise UserError("openwebui_db and openwebui_url are both set: keep one (openwebui_url applies at once, "
+                            "openwebui_db needs no key)")
+        if self.openwebui_api_key_secret and not self.openwebui_url:
+            raise UserError("openwebui_api_key_secret is set without openwebui_url: set Open WebUI's base URL too, "
+                            "or clear it")
+        return self
 
 
 SPARK = HostProfile(

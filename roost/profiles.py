@@ -80,6 +80,12 @@ class ModelProfile(ServingSettings):
     eval_compare_with: list[str] = Field(
         default_factory=list, description="Other models (Hub repo ids) whose latest stored scores on the same "
         "evaluations the report shows beside this one's.")
+    compare_with: str = Field(
+        default="", description="The model (Hub repo id, profile or served model name) a landing's report compares "
+        "this one with, as the recipe compares a new model with the one it replaced: throughput per concurrency, "
+        "GSM8K/MATH-500 with truncation and output length, MMLU-Pro per category (roost.report.compare), from its "
+        "newest stored run on the same host. '': a production profile compares with the host's previous "
+        "production model; any other profile with none.")
 
     @field_validator("server_env")
     @classmethod

@@ -344,6 +344,28 @@ class MtpAB(BaseModel):
     baseline_start_to_healthy_s: float | None = None
 
 
+class Usage(BaseModel):
+    """Requests and tokens, as a benchmark counted them or as the gateway metered them."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class GatewayPass(BaseModel):
+    """The benchmark again through the metering gateway that fronts a kept server (``flows/stages/gateway_door.py``):
+    what clients get, gateway hop included, with a key of roost's own (kind ``app``) issued for the run."""
+
+    url: str = Field(description="The gateway as the benchmark reached it (no credentials).")
+    key_name: str = Field(default="", description="The run's benchmark key (revoked at the run's end; never the key).")
+    status: Literal["measured", "failed", "skipped"] = "measured"
+    note: str = Field(default="", description="Why it was skipped or failed; what else to know.")
+    points: list[BenchPoint] = Field(default_factory=list, description="The sweep through the gateway (the record's "
+                                     "``points`` are the same sweep sent to vLLM directly).")
+    counted: Usage | None = Field(default=None, description="What the benchmark sent and received, by its own count.")
+    metered: Usage | None = Field(default=None, description="What the gateway's usage database holds for the key.")
+
+
 class VisionProbe(BaseModel):
     """One chat request with an image (``roost.serve.vision``), sent after the health-wait to a server
     whose checkpoint ships a vision tower."""
@@ -481,7 +503,11 @@ class RunRecord(BaseModel):
     probes: list[ProbeResult] = Field(default_factory=list, description="The capability probes after the "
                                       "health-wait (reasoning split, named tool call, structured output).")
     evals: list[EvalRecord] = Field(default_factory=list, description="Accuracy evaluations (roost.eval), in order.")
+    gateway: GatewayPass | None = Field(default=None, description="The sweep through the gateway (kept servers).")
     report_path: str = ""
+    openwebui: str = Field(default="", description="What the gateway stage did to Open WebUI's default model "
+                           "(roost.gateway.openwebui): 'default NAME set (...)', 'default NAME already (...)', "
+                           "'failed: ...'; empty: the host names no Open WebUI (or the server was not kept).")
 
     @model_validator(mode="before")
     @classmethod

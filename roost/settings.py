@@ -45,10 +45,13 @@ ROOST_RESULTS_URL = "ROOST_RESULTS_URL"
 ROOST_RESULTS_STORE = "ROOST_RESULTS_STORE"
 ROOST_RESULTS_STORE_CREDENTIALS = "ROOST_RESULTS_STORE_CREDENTIALS"
 ROOST_GATEWAY_DB = "ROOST_GATEWAY_DB"
+ROOST_GATEWAY_URL = "ROOST_GATEWAY_URL"
 ROOST_GATEWAY_BACKENDS_DIR = "ROOST_GATEWAY_BACKENDS_DIR"
 ROOST_GATEWAY_METRICS_TOKEN = "ROOST_GATEWAY_METRICS_TOKEN"
+ROOST_GATEWAY_METRICS_USERS = "ROOST_GATEWAY_METRICS_USERS"
 ROOST_MONITOR_STATE = "ROOST_MONITOR_STATE"
 ROOST_GRAFANA_ADMIN_PASSWORD = "ROOST_GRAFANA_ADMIN_PASSWORD"
+ROOST_OPENWEBUI_API_KEY = "ROOST_OPENWEBUI_API_KEY"
 # --- the Hugging Face Hub (huggingface_hub's names) ----------------------------------------------
 HF_TOKEN = "HF_TOKEN"
 HUGGING_FACE_HUB_TOKEN = "HUGGING_FACE_HUB_TOKEN"
@@ -79,7 +82,7 @@ HUB_TOKEN_VARIABLES = (HF_TOKEN, HUGGING_FACE_HUB_TOKEN)
 process gets neither: ``roost.hub.mirror``)."""
 
 SECRET_VARIABLES = (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, VLLM_API_KEY, PREFECT_API_KEY, AWS_SECRET_ACCESS_KEY,
-                    AWS_SESSION_TOKEN, ROOST_GRAFANA_ADMIN_PASSWORD)
+                    AWS_SESSION_TOKEN, ROOST_GRAFANA_ADMIN_PASSWORD, ROOST_OPENWEBUI_API_KEY)
 """Variables holding a secret: an internal error's one line never shows their values (``roost.cli``)."""
 
 ROOST_LOGGER = "roost"
@@ -110,10 +113,15 @@ class Environment(BaseSettings):
     roost_results_store_credentials: str | None = _var(
         ROOST_RESULTS_STORE_CREDENTIALS, "The Roost Store Credentials block of an s3:// store.")
     roost_gateway_db: str | None = _var(ROOST_GATEWAY_DB, "The gateway's database URL.")
+    roost_gateway_url: str | None = _var(ROOST_GATEWAY_URL, "The gateway as the worker reaches it (over the host's gateway_url; empty: none).")
     roost_gateway_backends_dir: str | None = _var(ROOST_GATEWAY_BACKENDS_DIR, "The gateway's backend registry.")
     roost_gateway_metrics_token: str | None = _var(ROOST_GATEWAY_METRICS_TOKEN, "The gateway's /metrics token.")
+    roost_gateway_metrics_users: str | None = _var(ROOST_GATEWAY_METRICS_USERS, "Forwarded users the gateway "
+                                                   "labels by name in /metrics (--metrics-users).")
     roost_monitor_state: str | None = _var(ROOST_MONITOR_STATE, "The monitoring stack's state file.")
     roost_grafana_admin_password: str | None = _var(ROOST_GRAFANA_ADMIN_PASSWORD, "Grafana's admin password.")
+    roost_openwebui_api_key: str | None = _var(ROOST_OPENWEBUI_API_KEY, "An Open WebUI admin's API key (when the "
+                                               "host names no Secret block for it).")
     hf_token: str | None = _var(HF_TOKEN, "The Hub token.")
     hugging_face_hub_token: str | None = _var(HUGGING_FACE_HUB_TOKEN, "The Hub token (huggingface_hub's "
                                                                       "older name).")

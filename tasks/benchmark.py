@@ -48,24 +48,32 @@ def benchmark_task(
     *,
     profile: str = "",
     host: str = "",
+    server_url: str | None = None,
+    server_key: SecretStr | None = None,
 ) -> BenchResult:
     """Run the benchmark against ``base_url`` (serving ``model``); return every point and request.
 
     ``profile`` and ``host`` key the artifacts (``roost-benchmark-progress-<profile>-<host>``,
-    ``roost-benchmark-points-<profile>-<host>``), so the UI shows each one's history per model and host."""
+    ``roost-benchmark-points-<profile>-<host>``), so the UI shows each one's history per model and host.
+    ``server_url``: ``base_url`` is the metering gateway in front of this vLLM server (its key
+    ``server_key``): the artifacts are ``roost-benchmark-gateway-*``."""
     logger = get_run_logger()
     s = settings if isinstance(settings, BenchSettings) else make_settings(**(settings or {}))
     key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
-    where = f"benchmark of {model}" + (f" ({profile} on {host})" if profile and host else "")
+    upstream = server_key.get_secret_value() if server_key is not None else None
+    via = " through the gateway" if server_url else ""
+    kind = "roost-benchmark-gateway" if server_url else "roost-benchmark"
+    where = f"benchmark of {model}{via}" + (f" ({profile} on {host})" if profile and host else "")
     artifact_id = cast(UUID, create_progress_artifact(
-        progress=0.0, key=artifact_key("roost-benchmark-progress", profile, host), description=f"{where}: starting"))
+        progress=0.0, key=artifact_key(f"{kind}-progress", profile, host), description=f"{where}: starting"))
     logger.info(
-        "benchmark of %s: prompt lengths %s, concurrency %s, %d output tokens, %d repeats, thinking %s",
-        model, s.prompt_lengths, s.levels(), s.output_tokens, s.repeats, "on" if s.thinking else "off",
+        "benchmark of %s%s: prompt lengths %s, concurrency %s, %d output tokens, %d repeats, thinking %s",
+        model, via, s.prompt_lengths, s.levels(), s.output_tokens, s.repeats, "on" if s.thinking else "off",
     )
 
     # bars on a terminal; elsewhere the log lines are the plain form
-    terminal = terminal_progress(f"benchmark of {model}", unit="steps", plain=False, secrets=[key or ""])
+    terminal = terminal_progress(f"benchmark of {model}{via}", unit="steps", plain=False,
+                                 secrets=[key or "", upstream or ""])
 
     def on_progress(message: str, fraction: float) -> None:
         logger.info("%s", message)
@@ -74,11 +82,12 @@ def benchmark_task(
         terminal.update(*s.points_done(fraction), status=message)  # points measured of all
 
     with terminal:
-        result = run_benchmark(base_url, model, s, api_key=key or None, progress=on_progress)
+        result = run_benchmark(base_url, model, s, api_key=key or None, progress=on_progress, server_url=server_url,
+                               server_key=upstream)
     for note in result.notes:
         logger.warning("%s", note)
     if result.points:
-        create_table_artifact(table=point_table(result.points), key=artifact_key("roost-benchmark-points", profile, host),
+        create_table_artifact(table=point_table(result.points), key=artifact_key(f"{kind}-points", profile, host),
                               description=f"{where}: one row per point, numbers as the report prints them "
                               "(definitions: roost/catalogue.py)")
     if result.knee is not None:

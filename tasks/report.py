@@ -37,13 +37,17 @@ from roost.catalogue import fmt_change, fmt_value
 from roost.errors import UserError
 from roost.headline import headline_rows
 from roost.naming import artifact_key
+from roost.profiles import PROFILES
 from roost.records import RunRecord
 from roost.regress import MetricComparison, RegressConfig, RegressionReport, compare
 from roost.report import ReportFiles, write_report
-from roost.report.document import build_document
+from roost.report.compare import ModelComparison
+from roost.report.compare_store import landing_comparison
+from roost.report.document import Document, build_document
 from roost.report.markdown import png_data_uri, render_markdown
 from roost.report.outcome import ReportOutcome
 from roost.report.publish import ENABLE_HINT, ReportUrls, report_urls, results_url
+from roost.report.sections.comparison import comparison_section
 from roost.report.write import headline_charts
 from roost.settings import results_dir
 from roost.store import AlreadyStored, StoreLike, append_run, load_records, report_dir, resolve
@@ -123,7 +127,26 @@ def publish_artifacts(record: RunRecord, outcome: ReportOutcome) -> dict[str, st
             keys["image"] = artifact_key("roost-chart", *parts)
             create_image_artifact(image_url=urls.key_chart, key=keys["image"],
                                   description=f"Key chart: {what}")
+    if outcome.models is not None and outcome.files is not None:
+        keys["comparison"] = artifact_key("roost-comparison", *parts)
+        create_markdown_artifact(markdown=comparison_markdown(outcome.models, outcome.files, outcome.urls),
+                                 key=keys["comparison"],
+                                 description=f"{meta.repo_id} against {outcome.models.b.repo_id} on {meta.host}")
     return keys
+
+
+def comparison_markdown(models: ModelComparison, files: ReportFiles, urls: ReportUrls | None) -> str:
+    """The comparison with the model this one replaced, as an artifact: its tables and its three charts (from
+    the results URL, else inline PNGs, so the Prefect UI shows them either way)."""
+    section = comparison_section(models, files.charts)
+    if section is None:
+        return ""
+    charts = {p for b in section.blocks if (p := getattr(b, "path", None)) is not None}
+    served = urls.charts if urls is not None else {}
+    sources = {p: src for name, p in files.charts.items() if p in charts
+               and (src := served.get(name) or png_data_uri(p)) is not None}
+    doc = Document(title=f"{models.a.name} vs {models.b.name} on {models.a.host}", facts=[], sections=[section])
+    return render_markdown(doc, files.directory, images="path", sources=sources)
 
 
 def results_url_for(host_results_url: str = "", logger: Any = None) -> str:
@@ -181,12 +204,15 @@ def build_report(
     logger: Any = None,
     results_url: str = "",
     ui_url: str = "",
+    compare_with: str = "",
+    production: bool = False,
 ) -> ReportOutcome:
     """Store, compare and render (no Prefect API needed). Problems are logged and listed, not raised.
 
     ``results_root``: the results store (a directory, an ``ObjectStore``; None: the flow's). The report
     files go to :func:`reports_root`. ``results_url`` (validated, ``roost.report.publish.results_url``):
-    where a browser reaches the reports directory; the artifact Markdown and ``outcome.urls`` point there."""
+    where a browser reaches the reports directory; the artifact Markdown and ``outcome.urls`` point there.
+    ``compare_with``, ``production``: the profile's; the comparison with the model it replaced (``outcome.models``)."""
     log = logger or logging.getLogger("roost.report")
     outcome = ReportOutcome()
     meta = record.meta
@@ -225,15 +251,16 @@ def build_report(
         log.error("could not compare with the baseline: %s", exc)
         outcome.errors.append(f"compare: {exc}")
 
+    outcome.models = compare_with_replaced(record, store, compare_with, production, log, outcome)
     try:
-        outcome.files = write_report(record, history, outcome.comparison, out_dir, ui_url=ui_url)
+        outcome.files = write_report(record, history, outcome.comparison, out_dir, ui_url=ui_url, models=outcome.models)
         log.info("report written: %s", outcome.files.markdown)
         files = outcome.files
         outcome.urls = report_urls(files.html, files.markdown, files.charts, files.key_chart,
                                    local / "reports", results_url)
         if results_url and outcome.urls is None:
             log.warning("the report %s is not under the served reports directory; no URLs for it", files.directory)
-        doc = build_document(record, history, outcome.comparison, files.charts, ui_url=ui_url)
+        doc = build_document(record, history, outcome.comparison, files.charts, ui_url=ui_url, models=outcome.models)
         sources, note = artifact_sources(files, outcome.urls)
         title, _, rest = render_markdown(doc, out_dir, images="path", sources=sources).partition("\n")
         outcome.artifact_markdown = f"{title}\n\n{note}\n{rest}"
@@ -246,14 +273,33 @@ def build_report(
     return outcome
 
 
+def compare_with_replaced(record: RunRecord, store: ObjectStore, compare_with: str, production: bool, log: Any,
+                          outcome: ReportOutcome) -> ModelComparison | None:
+    """The comparison with the model this landing replaced (``roost.report.compare_store.landing_comparison``);
+    a failure is logged and listed, never raised."""
+    if not compare_with and not production:
+        return None
+    try:
+        models, said = landing_comparison(record, compare_with, production,
+                                          {p.name for p in PROFILES.values() if p.production}, store)
+        log.info("model comparison: %s", said)
+        return models
+    except Exception as exc:
+        log.error("could not compare with the model this one replaced: %s", exc)
+        outcome.errors.append(f"model comparison: {exc}")
+        return None
+
+
 @task(name="report", cache_policy=NO_CACHE, persist_result=False)
 def report_task(
     record: RunRecord,
     results_root: Path | None = None,
     regress_config: RegressConfig | None = None,
     results_url: str = "",
+    compare_with: str = "",
+    production: bool = False,
 ) -> ReportOutcome:
-    """Store the run, compare it with its baseline and write the report files (the flow publishes
-    the artifacts: ``publish_artifacts``)."""
+    """Store the run, compare it with its baseline (and, for ``production`` or ``compare_with``, with the model
+    it replaced) and write the report files (the flow publishes the artifacts: ``publish_artifacts``)."""
     return build_report(record, results_root, regress_config, logger=get_run_logger(), results_url=results_url,
-                        ui_url=PREFECT_UI_URL.value() or "")
+                        ui_url=PREFECT_UI_URL.value() or "", compare_with=compare_with, production=production)

@@ -17,6 +17,7 @@ returns what the next stage needs as a typed result. Nothing here branches on th
     probes.probe_stage                    reasoning split, named tool call, structured output
     vision.vision_stage                   an image request when a vision tower is served
     benchmark.benchmark_stage             points and per-request rows into the record and the store
+    gateway_door.gateway_benchmark_stage  a kept server's sweep again through the gateway, metered
     evaluate.eval_stage                   accuracy evaluations, paired with the baseline run
     mtp_ab.mtp_ab_stage                   the same image without --speculative-config: speed-up, acceptance
     report.report_stage                   stored, compared, written, published, sent to Slack
@@ -31,6 +32,7 @@ from flows.stages.download import Checkpoint, download_stage
 from flows.stages.eval_datasets import eval_datasets_stage
 from flows.stages.evaluate import eval_log_path, eval_stage
 from flows.stages.gateway import gateway_stage
+from flows.stages.gateway_door import gateway_benchmark_stage, gateway_door, measured_directly
 from flows.stages.host import host_check_stage, host_slot_stage
 from flows.stages.hub import hub_source
 from flows.stages.mtp_ab import mtp_ab_stage
@@ -43,7 +45,7 @@ from flows.stages.vision import vision_stage
 
 __all__ = [
     "Checkpoint", "ServePlan", "audit_stage", "benchmark_stage", "build_stage", "classify_exit", "download_stage",
-    "eval_datasets_stage", "eval_log_path", "eval_stage", "gateway_stage", "host_check_stage", "host_slot_stage",
-    "hub_source", "mtp_ab_stage", "preflight_stage", "probe_stage", "refuse_unservable", "report_stage",
-    "serve_stage", "stage", "vision_stage",
+    "eval_datasets_stage", "eval_log_path", "eval_stage", "gateway_benchmark_stage", "gateway_door", "gateway_stage",
+    "host_check_stage", "host_slot_stage", "hub_source", "measured_directly", "mtp_ab_stage", "preflight_stage",
+    "probe_stage", "refuse_unservable", "report_stage", "serve_stage", "stage", "vision_stage",
 ]

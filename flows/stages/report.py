@@ -28,7 +28,8 @@ def report_stage(
     report: ReportOutcome | None = None
     with stage(record, "report"):
         report = report_task(record, regress_config=prof.regress_config() if prof is not None else None,
-                             results_url=url)
+                             results_url=url, compare_with=prof.compare_with if prof is not None else "",
+                             production=prof is not None and prof.production)
         record.report_path = str(report.markdown or "")
         store = current_store()
         if isinstance(store, KeepLocalCopy) and store.failed:  # measured, stored on the worker only (or nowhere)

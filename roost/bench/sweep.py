@@ -86,8 +86,10 @@ class _ServerGone(Exception):
 
 
 class _Run:
-    def __init__(self, client: VllmClient, settings: BenchSettings, result: BenchResult, progress: Progress | None):
+    def __init__(self, client: VllmClient, settings: BenchSettings, result: BenchResult, progress: Progress | None,
+                 server: VllmClient | None = None):
         self.client = client
+        self.server = server or client  # /tokenize and /metrics: the vLLM server behind a gateway
         self.s = settings
         self.result = result
         self.progress = progress
@@ -122,7 +124,7 @@ class _Run:
         return body
 
     async def scrape(self) -> dict[str, float] | None:
-        text = await self.client.metrics_text()
+        text = await self.server.metrics_text()
         return None if text is None else server_metrics.totals(server_metrics.parse_text(text))
 
     async def poll_gauges(self, peaks: dict[str, float]) -> None:
@@ -163,7 +165,7 @@ class _Run:
             )
         served = answer.get(self.client.model)
         window = self.s.max_model_len or (served.max_model_len if served else None)
-        tok = ServerTokenizer(self.client, self.s.chat_template_kwargs())
+        tok = ServerTokenizer(self.server, self.s.chat_template_kwargs())
         if await tok.available():
             self.builder = PromptBuilder(tok, seed=self.s.seed)
             window = window or tok.max_model_len
@@ -408,6 +410,8 @@ async def arun_benchmark(
     *,
     api_key: str | None = None,
     progress: Progress | None = None,
+    server_url: str | None = None,
+    server_key: str | None = None,
 ) -> BenchResult:
     """Async :func:`run_benchmark`."""
     result = BenchResult(
@@ -423,19 +427,28 @@ async def arun_benchmark(
         api_key=api_key,
         connect_timeout_s=settings.connect_timeout_s,
         stall_timeout_s=settings.stall_timeout_s,
-    ) as client:
-        run = _Run(client, settings, result, progress)
+    ) as client, contextlib.AsyncExitStack() as stack:
+        server = None
+        if server_url is not None:  # behind a gateway: prompts sized and /metrics read at the server itself
+            server = await stack.enter_async_context(VllmClient(
+                server_url, model, api_key=server_key, connect_timeout_s=settings.connect_timeout_s,
+                stall_timeout_s=settings.stall_timeout_s, http_connections=2))
+        run = _Run(client, settings, result, progress, server)
+
+        def scrub(text: str) -> str:  # neither key in a stored error
+            return client.scrub(text if server is None else server.scrub(text))
+
         try:
             await run.run()
         except _ServerGone as exc:
             result.status = "failed"
-            result.errors.append(client.scrub(str(exc)))
+            result.errors.append(scrub(str(exc)))
         except httpx.TransportError as exc:  # between measured steps (the tokenizer, a scrape): cut or refused
             result.status = "failed"
-            result.errors.append(client.scrub(f"server stopped answering: {type(exc).__name__} {exc}".rstrip()))
+            result.errors.append(scrub(f"server stopped answering: {type(exc).__name__} {exc}".rstrip()))
         except (httpx.HTTPError, PromptError) as exc:
             result.status = "failed"
-            result.errors.append(client.scrub(f"{type(exc).__name__}: {exc}"))
+            result.errors.append(scrub(f"{type(exc).__name__}: {exc}"))
         result.knee = knee_of([p for p in result.points if p.kind == "concurrency" and not p.skipped])
         result.wall_s = time.perf_counter() - t0
         done = "completed" if not result.failed else "failed: " + "; ".join(result.errors)
@@ -451,12 +464,19 @@ def run_benchmark(
     *,
     api_key: str | None = None,
     progress: Progress | None = None,
+    server_url: str | None = None,
+    server_key: str | None = None,
 ) -> BenchResult:
     """Benchmark the OpenAI-compatible server at ``base_url`` serving ``model``.
+
+    ``server_url`` (and ``server_key``): ``base_url`` is a gateway in front of this vLLM server; the
+    requests go through ``base_url``, prompts are sized with the server's ``/tokenize`` and its
+    ``/metrics`` read directly (neither a gateway serves).
 
     Never hangs on a dead server and never raises for one: the result then has status
     ``failed``, the reason in ``errors`` and every row measured before. Raises
     :class:`~roost.errors.UserError` for a rejected API key or a model the server does not serve.
     ``progress(message, fraction_done)`` is called between steps, from a worker thread.
     """
-    return run_sync(lambda: arun_benchmark(base_url, model, settings, api_key=api_key, progress=progress))
+    return run_sync(lambda: arun_benchmark(base_url, model, settings, api_key=api_key, progress=progress,
+                                           server_url=server_url, server_key=server_key))

@@ -10,7 +10,8 @@
   <token>`` (``roost/gateway/access.py``); ``install`` carries the variable into its environment file.
   Connection limits (``roost/gateway/connections.py``): ``--max-header-kb`` (64; 431),
   ``--header-timeout`` (10 s; 408), ``--keep-alive-timeout`` (30 s), ``--max-connections`` (4096) and
-  ``--max-connections-per-client`` (512; 503).
+  ``--max-connections-per-client`` (512; 503). ``--metrics-users N`` (or ``ROOST_GATEWAY_METRICS_USERS``;
+  50): forwarded users labelled by name in ``/metrics``' per-user series, later ones as ``other``; 0: none.
 - ``roost gateway key add NAME [--kind user|device|app] [--trusted] [--json]``: prints the key once
   (JSON: ``name``, ``kind``, ``key``, ``trusted``); ``key list [--json]`` (never the keys: ``name``,
   ``kind``, ``trusted``, ``created_at``, ``revoked``, ``revoked_at``, ``note``); ``key revoke NAME``;
@@ -44,6 +45,7 @@ from roost.settings import (
     ROOST_GATEWAY_BACKENDS_DIR,
     ROOST_GATEWAY_DB,
     ROOST_GATEWAY_METRICS_TOKEN,
+    ROOST_GATEWAY_METRICS_USERS,
     ROOST_HOME,
     VLLM_API_KEY,
     environment,
@@ -130,6 +132,10 @@ def serve(
     metrics_token_file: Annotated[Path | None, typer.Option(
         "--metrics-token-file", help="A file holding the bearer token /metrics (and /health's details) require "
         "from every client; or ROOST_GATEWAY_METRICS_TOKEN. Neither: served to this host's loopback only.")] = None,
+    metrics_users: Annotated[int | None, typer.Option(
+        "--metrics-users", min=0, max=100_000, help="Distinct forwarded users (a trusted front end's e-mails) "
+        "labelled by name in /metrics' per-user series, the first seen; later ones are counted as `other`, and 0 "
+        "labels none (no e-mail in /metrics). Default: ROOST_GATEWAY_METRICS_USERS, else 50.")] = None,
 ) -> None:
     """Run the metering gateway in the foreground (Ctrl-C or SIGTERM stops it)."""
     from roost.gateway.access import load_token
@@ -145,7 +151,7 @@ def serve(
         raise UserError(f"--trusted-header {trusted_header[:40]!r}: a header name (letters, digits, -)")
     config = GatewayConfig(max_body_bytes=int(max_body_mb * 1024 * 1024), client_timeout_s=client_timeout,
                            body_timeout_s=body_timeout, trusted_user_header=trusted_header.lower(),
-                           tokenize_after_s=tokenize_after,
+                           tokenize_after_s=tokenize_after, metrics_users=_metrics_users(metrics_users),
                            metrics_token=load_token(environment().roost_gateway_metrics_token, metrics_token_file))
     gw = build(urls, db or default_db_url(), upstream_key(), config, poll_interval_s=poll_interval,
                use_registry=registry)
@@ -155,6 +161,20 @@ def serve(
                               keep_alive_s=keep_alive_timeout, max_connections=max_connections,
                               max_connections_per_client=max_connections_per_client)
     run_server(gw, host, port, access_log=not quiet, limits=limits)
+
+
+def _metrics_users(flag: int | None) -> int:
+    """``--metrics-users``, else ``ROOST_GATEWAY_METRICS_USERS``, else the default (50)."""
+    from roost.gateway.metrics import DEFAULT_METRICS_USERS
+
+    if flag is not None:
+        return flag
+    value = environment().roost_gateway_metrics_users
+    if value is None or not value.strip():
+        return DEFAULT_METRICS_USERS
+    if not re.fullmatch(r"[0-9]{1,6}", value.strip()) or int(value) > 100_000:
+        raise UserError(f"{ROOST_GATEWAY_METRICS_USERS}={value[:20]!r}: a number of users, 0 to 100000")
+    return int(value)
 
 
 # --- keys --------------------------------------------------------------------------------------
@@ -318,7 +338,8 @@ def install(
     async_url(url)  # refuse a bad URL now, not at boot
     args = ["--host", host, "--port", str(port), *[a for u in backend or [] for a in ("--backend", normalize_base_url(u))]]
     env = {ROOST_GATEWAY_DB: url, ROOST_HOME: str(roost_home()), ROOST_GATEWAY_BACKENDS_DIR: str(registry_dir())}
-    env.update(values_of(VLLM_API_KEY, PREFECT_API_URL, PREFECT_API_KEY, ROOST_GATEWAY_METRICS_TOKEN))
+    env.update(values_of(VLLM_API_KEY, PREFECT_API_URL, PREFECT_API_KEY, ROOST_GATEWAY_METRICS_TOKEN,
+                         ROOST_GATEWAY_METRICS_USERS))
     home = Path.home()
     done = inst.install(unit_dir or home / ".config" / "systemd" / "user",
                         env_file or home / ".config" / "roost" / "gateway.env", args, env, start=start)

@@ -28,5 +28,6 @@ One module per job:
 - ``connections``: what a peer may hold before its request is read (head size and deadline, keep-alive,
   connections per address and overall; uvicorn's httptools protocol, subclassed);
 - ``tailscale``: one device key per tailnet node;
+- ``openwebui``, ``openwebui_api``: Open WebUI's default model follows a swap (its database, or its admin API);
 - ``install``: the systemd user unit.
 """

@@ -61,7 +61,7 @@ class Gateway:
         self.db, self.router = db, router
         router.on_models = self._models_listed
         self.config = config or GatewayConfig()
-        self.metrics = metrics or GatewayMetrics()
+        self.metrics = metrics or GatewayMetrics(self.config.metrics_users)
         self._direct_seen: set[str] = set()
         self.keys = KeyCache(db, self.config.key_refresh_s)
         self.writer = UsageWriter(db, on_error=self.metrics.usage_write_errors.inc)
@@ -167,6 +167,7 @@ class Gateway:
         status = row["status"]
         self.metrics.requests.labels(*labels, status).inc()
         self.metrics.model_requests.labels(labels[2]).inc()
+        self.metrics.user_requests.labels(usage.user_label, *labels[1:]).inc()
         if status != "ok":
             self.metrics.errors.labels(*labels, status).inc()
         log.info("%s %s key=%s kind=%s model=%s status=%s prompt=%d completion=%d %.3fs", row["request_id"][:12],

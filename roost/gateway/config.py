@@ -1,5 +1,5 @@
 """The gateway's settings: its limits and timeouts, the trusted front end's header, who may read
-``/metrics`` (``roost gateway serve``'s options fill them in)."""
+``/metrics`` and how many forwarded users it labels (``roost gateway serve``'s options fill them in)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import socket
 
 from pydantic import BaseModel, Field, SecretStr
+
+from roost.gateway.metrics import DEFAULT_METRICS_USERS
 
 
 class GatewayConfig(BaseModel):
@@ -26,6 +28,8 @@ class GatewayConfig(BaseModel):
         "request that ends without it).")
     trusted_user_header: str = Field(default="x-openwebui-user-email",
                                      description="The header a trusted front end forwards its user in.")
+    metrics_users: int = Field(default=DEFAULT_METRICS_USERS, ge=0, le=100_000, description="Distinct forwarded users labelled by "
+                               "name in /metrics per process (later ones: `other`; 0: none, no e-mail in metrics).")
     instance: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     metrics_token: SecretStr | None = Field(
         default=None, description="Bearer token every client of /metrics (and /health's details) must send; "

@@ -66,7 +66,8 @@ class Host(Protocol):
 
 class Usage:
     """One request's usage row, filled in as the request goes (its ``backend`` column, named before
-    upstreams were, holds the upstream's name: :attr:`Upstream.name`)."""
+    upstreams were, holds the upstream's name: :attr:`Upstream.name`), and the ``user`` label of its
+    per-user metrics (:class:`~roost.gateway.metrics.UserLabels`)."""
 
     def __init__(self, gw: Host, principal: Principal, endpoint: Endpoint, model: str, user: str | None,
                  stream: bool) -> None:
@@ -79,6 +80,7 @@ class Usage:
             "completion_tokens": 0, "prompt_source": "none", "completion_source": "none", "ttft_s": None,
             "duration_s": 0.0, "added_s": None, "gateway": gw.config.instance,
         }
+        self.user_label = gw.metrics.users.label(principal.name, user)
 
 
 _CONTENT_TYPE = re.compile(rb"[A-Za-z0-9!#$&^_.+-]{1,64}/[A-Za-z0-9!#$&^_.+-]{1,64}(?: ?; ?[A-Za-z0-9_-]{1,32}=[A-Za-z0-9_.-]{1,32})*")
@@ -102,6 +104,10 @@ class Forward:
         row = usage.row
         self.labels = (row["key_name"], row["kind"], row["model"])
         self.completion_counter = gw.metrics.completion_tokens.labels(*self.labels)
+        self.user_labels = (usage.user_label, row["kind"], row["model"])
+        self.user_completion = gw.metrics.user_completion_tokens.labels(*self.user_labels)
+        for per_user in (gw.metrics.user_requests, gw.metrics.user_prompt_tokens, gw.metrics.user_ttft):
+            per_user.labels(*self.user_labels)  # a new user's series exist (at 0) while its first request runs
         self.committed = False
         self.tokenize: asyncio.Task[int | None] | None = None
         self.metered_completion = 0
@@ -240,10 +246,12 @@ class Forward:
         elif counted is not None and row["status"] != "backend_unreachable" and not row["status"].startswith("http_"):
             row["prompt_tokens"], row["prompt_source"] = counted, "tokenize"
         self.gw.metrics.prompt_tokens.labels(*self.labels).inc(row["prompt_tokens"])
+        self.gw.metrics.user_prompt_tokens.labels(*self.user_labels).inc(row["prompt_tokens"])
 
     def _meter_completion(self, total: int) -> None:
         if total > self.metered_completion:
             self.completion_counter.inc(total - self.metered_completion)
+            self.user_completion.inc(total - self.metered_completion)
             self.metered_completion = total
 
     async def _unreachable(self) -> None:
@@ -350,6 +358,10 @@ class Forward:
         row["added_s"] = added
         self.gw.metrics.added_latency.observe(added)
 
+    def _answer_started(self) -> None:
+        """A 200 answer's first byte goes to the client now: the per-user time to first byte."""
+        self.gw.metrics.user_ttft.labels(*self.user_labels).observe(time.perf_counter() - self.usage.t0)
+
     async def _whole(self, relay: Relay, t_sent: float) -> None:
         row = self.usage.row
         try:
@@ -389,6 +401,7 @@ class Forward:
         fut = self.gw.finish(self.usage, self.labels)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(fut), self.gw.config.commit_timeout_s)
+        self._answer_started()
         await self._respond(200, data, content_type=content_type)
 
     async def _pump(self, relay: Relay, t_sent: float, meter: StreamMeter) -> None:
@@ -412,6 +425,7 @@ class Forward:
                         self.delivered = meter.done and meter.error is None
                         if first:
                             self._first_byte(t_sent, relay.t_first or t_sent)
+                            self._answer_started()
                             first = False
                         self._meter_completion(meter.completion_tokens)
             tail = meter.flush()

@@ -1,4 +1,4 @@
-"""``roost monitor up``/``down``: Prometheus and Grafana as containers on a Spark (official images),
+"""``roost monitor up``/``down``: Prometheus, Alertmanager and Grafana as containers on a Spark (official images),
 host networking (they reach the vLLM servers on 127.0.0.1 and the gateway as the recipe's
 ``host.docker.internal`` targets would), the rendered folders bind-mounted read-only.
 
@@ -6,6 +6,10 @@ The Prometheus folder is mounted whole (``--mount dir``, the default), so ``/-/r
 atomically rewritten file; ``--mount file`` mounts ``prometheus.yml`` and ``rules.yml`` one by one,
 as the recipe's box did, and roost then restarts the container on every change
 (:mod:`roost.monitor.sync`). Data lives in named volumes that ``down`` keeps.
+
+Alertmanager gets the rendered ``alertmanager/`` folder at ``/etc/alertmanager`` and runs in it (it
+opens ``api_url_file`` relative to its working directory: :mod:`roost.monitor.alerting`), with
+clustering off (one instance; no gossip port opened on the host network).
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ from typing import Any, Literal
 
 from roost.errors import UserError
 from roost.monitor import scrape
+from roost.monitor.alertmanager import AlertmanagerAPI, AlertmanagerError
 from roost.monitor.grafana import DASHBOARDS_PATH
 from roost.monitor.prometheus import PrometheusAPI, PrometheusError
-from roost.monitor.render import PROMETHEUS_DIR, render
+from roost.monitor.render import ALERTMANAGER_DIR, PROMETHEUS_DIR, render
 from roost.monitor.state import MonitorState, save_state
 from roost.settings import ROOST_GRAFANA_ADMIN_PASSWORD, environment
 
 PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0"
 GRAFANA_IMAGE = "grafana/grafana:11.6.0"
+ALERTMANAGER_IMAGE = "prom/alertmanager:v0.28.1"
+"""Every configuration field roost renders exists since 0.22; the tests check it with Debian's 0.25."""
+ALERTMANAGER_NAME = "roost-alertmanager"
 PROMETHEUS_NAME = "roost-prometheus"
 GRAFANA_NAME = "roost-grafana"
 LABEL = "ai.roost.monitor"
@@ -38,6 +46,8 @@ class UpOptions:
     prometheus_image: str = PROMETHEUS_IMAGE
     grafana_image: str = GRAFANA_IMAGE
     grafana: bool = True
+    alertmanager_image: str = ALERTMANAGER_IMAGE
+    alertmanager: bool = True
     mount: Mount = "dir"
     prometheus_listen: str = "127.0.0.1:9090"
     grafana_port: int = 3000
@@ -101,8 +111,14 @@ def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 
     state.prometheus_url = f"http://{options.prometheus_listen.replace('0.0.0.0', '127.0.0.1')}"
     render(out, state.options())
     _image(client, options.prometheus_image, "--prometheus-image")
+    if options.alertmanager:
+        _image(client, options.alertmanager_image, "--alertmanager-image")
     if options.grafana:
         _image(client, options.grafana_image, "--grafana-image")
+    if options.alertmanager:
+        _run_alertmanager(client, state, options, timeout_s)
+    else:
+        state.alertmanager_container, state.alertmanager_url = "", ""
     _replace(client, PROMETHEUS_NAME)
     prom = client.containers.run(
         options.prometheus_image, name=PROMETHEUS_NAME, detach=True, network_mode="host",
@@ -141,12 +157,35 @@ def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 
     return state
 
 
+def _run_alertmanager(client: Any, state: MonitorState, options: UpOptions, timeout_s: float) -> None:
+    """(Re)start Alertmanager listening on ``state.alertmanager`` and wait until it is ready."""
+    _replace(client, ALERTMANAGER_NAME)
+    am = client.containers.run(
+        options.alertmanager_image, name=ALERTMANAGER_NAME, detach=True, network_mode="host",
+        entrypoint=["/bin/alertmanager"], working_dir="/etc/alertmanager",
+        command=["--config.file=/etc/alertmanager/alertmanager.yml", "--storage.path=/alertmanager",
+                 f"--web.listen-address={state.alertmanager}", "--cluster.listen-address="],
+        volumes={str((Path(state.out) / ALERTMANAGER_DIR).resolve()): {"bind": "/etc/alertmanager", "mode": "ro"},
+                 "roost-alertmanager-data": {"bind": "/alertmanager", "mode": "rw"}},
+        labels={LABEL: "alertmanager"}, restart_policy={"Name": "unless-stopped"})
+    state.alertmanager_container = ALERTMANAGER_NAME
+    state.alertmanager_url = f"http://{state.alertmanager.replace('0.0.0.0', '127.0.0.1')}"
+    api = AlertmanagerAPI(state.alertmanager_url, timeout_s=2.0)
+    deadline = time.monotonic() + timeout_s
+    while not api.ready():
+        am.reload()
+        if am.status in ("exited", "dead", "restarting") or time.monotonic() > deadline:  # restarting: it crashed
+            tail = am.logs(tail=5).decode(errors="replace").strip().splitlines()
+            raise AlertmanagerError(f"Alertmanager did not become ready ({am.status}): {tail[-1] if tail else 'no log'}")
+        time.sleep(0.5)
+
+
 def down(client: Any, state: MonitorState) -> list[str]:
     """Stop and remove roost's monitoring containers (their data volumes stay); returns their names."""
     import docker
 
     gone = []
-    for name in (state.prometheus_container, state.grafana_container):
+    for name in (state.prometheus_container, state.alertmanager_container, state.grafana_container):
         if not name:
             continue
         try:
@@ -154,7 +193,7 @@ def down(client: Any, state: MonitorState) -> list[str]:
             gone.append(name)
         except docker.errors.NotFound:
             pass
-    state.prometheus_container = state.grafana_container = ""
-    state.prometheus_url = state.grafana_url = ""
+    state.prometheus_container = state.grafana_container = state.alertmanager_container = ""
+    state.prometheus_url = state.grafana_url = state.alertmanager_url = ""
     save_state(state)
     return gone

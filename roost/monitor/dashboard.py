@@ -4,7 +4,9 @@
 Every panel reads queries from :mod:`roost.monitor.queries`. Panels are keyed on vLLM's
 ``model_name`` label through the ``model_name`` variable (all models by default), so a newly landed
 model appears with no dashboard change; the gateway panels are per key and per key kind (user,
-device, app) — never per forwarded e-mail, which the gateway keeps out of its labels.
+device, app), and the "Users and devices" row per person (a ``user`` key, or a user a trusted front end
+such as Open WebUI forwards: the gateway labels the first ``--metrics-users`` of them by name, later ones
+``other``) and per tailnet device (``device`` keys), from the gateway's ``roost_gateway_user_*`` series.
 """
 
 from __future__ import annotations
@@ -56,6 +58,18 @@ PANELS: tuple[Panel, ...] = (
     Panel("vLLM requests vs gateway requests", "reqps", q.DIRECT_VS_GATEWAY,
           "Requests vLLM finished against requests the gateway forwarded: a gap is traffic bypassing the gateway.",
           "Gateway"),
+    Panel("Requests per user", "reqps", q.USER_REQUESTS, "Requests per second per person: a user key, or a user "
+          "a trusted front end (Open WebUI) forwards (past the gateway's --metrics-users: other).",
+          "Users and devices"),
+    Panel("Tokens per user", "tok/s", q.USER_TOKENS, "Prompt and completion tokens per person.", "Users and devices"),
+    Panel("Time to first token per user", "s", q.USER_TTFT, "p50/p90 of the time from the gateway receiving a "
+          "request to the first byte of its answer leaving, per person.", "Users and devices"),
+    Panel("Requests per device", "reqps", q.DEVICE_REQUESTS, "Requests per second per tailnet device (device keys).",
+          "Users and devices"),
+    Panel("Tokens per device", "tok/s", q.DEVICE_TOKENS, "Prompt and completion tokens per tailnet device.",
+          "Users and devices"),
+    Panel("Time to first token per device", "s", q.DEVICE_TTFT, "p50/p90 of the time from the gateway receiving "
+          "a request to the first byte of its answer leaving, per tailnet device.", "Users and devices"),
 )
 
 

@@ -94,6 +94,31 @@ GATEWAY_REQUESTS = (Query(f"sum by (status) (rate({gw.REQUESTS_TOTAL}[$__rate_in
 GATEWAY_ADDED = tuple(
     Query(f"histogram_quantile({q}, sum by (le) (rate({gw.ADDED_LATENCY}_bucket[$__rate_interval])))",
           f"p{round(q * 100)}") for q in (0.5, 0.99))
+USERS = 'kind!="device"'
+"""People: ``user`` keys and the users trusted front ends forward (an app forwarding nobody by its name)."""
+DEVICES = 'kind="device"'
+"""Tailnet devices (``device`` keys, ``roost gateway key sync-tailscale``)."""
+
+
+def _who(selector: str) -> tuple[tuple[Query, ...], tuple[Query, ...], tuple[Query, ...]]:
+    """Requests, tokens and the gateway's time to first byte (p50/p90) per ``user`` label, for the
+    series ``selector`` picks (:data:`USERS` or :data:`DEVICES`)."""
+    requests = (Query(f"sum by (user) (rate({gw.USER_REQUESTS_TOTAL}{{{selector}}}[$__rate_interval]))",
+                      "{{user}}"),)
+    tokens = (
+        Query(f"sum by (user) (rate({gw.USER_PROMPT_TOKENS_TOTAL}{{{selector}}}[$__rate_interval]))",
+              "prompt {{user}}"),
+        Query(f"sum by (user) (rate({gw.USER_COMPLETION_TOKENS_TOTAL}{{{selector}}}[$__rate_interval]))",
+              "completion {{user}}"),
+    )
+    ttft = tuple(Query(f"histogram_quantile({q}, sum by (le, user) "
+                       f"(rate({gw.USER_TTFT}_bucket{{{selector}}}[$__rate_interval])))", f"p{round(q * 100)} {{{{user}}}}")
+                 for q in (0.5, 0.9))
+    return requests, tokens, ttft
+
+
+USER_REQUESTS, USER_TOKENS, USER_TTFT = _who(USERS)
+DEVICE_REQUESTS, DEVICE_TOKENS, DEVICE_TTFT = _who(DEVICES)
 DIRECT_VS_GATEWAY = (
     Query(f"sum by (model_name) (rate({REQUEST_SUCCESS}{{{MODEL}}}[$__rate_interval]))", "vLLM finished {{model_name}}"),
     Query(f'sum by (model_name) (label_replace(rate({gw.MODEL_REQUESTS_TOTAL}[$__rate_interval]), '

@@ -5,6 +5,8 @@ Layout (the folders ``roost monitor up`` mounts)::
     DIR/prometheus/prometheus.yml        scrape jobs vllm + llm-gateway
     DIR/prometheus/rules.yml             alert rules
     DIR/prometheus/gateway-metrics-token the gateway's metrics token (only when one is configured)
+    DIR/alertmanager/alertmanager.yml    every alert routed to Slack, or to nothing (roost.monitor.alerting)
+    DIR/alertmanager/slack-webhook-url   the Slack webhook URL, or slack-bot-token the bot token (with Slack)
     DIR/grafana/provisioning/datasources/roost.yml
     DIR/grafana/provisioning/dashboards/roost.yml
     DIR/grafana/dashboards/vllm-command-center.json
@@ -14,7 +16,9 @@ A file whose content is unchanged is not rewritten (Prometheus and Grafana see n
 The gateway's metrics token (``ROOST_GATEWAY_METRICS_TOKEN`` where ``roost monitor render``/``up``
 run) goes into its own file, never into ``prometheus.yml``, the output or a log line. A re-render
 without the variable (a landing's) keeps the file written last time while the recorded state says a
-token is in use (:attr:`RenderOptions.keep_gateway_token`).
+token is in use (:attr:`RenderOptions.keep_gateway_token`). The Slack secret Alertmanager sends with
+(webhook URL or bot token) is kept the same way: its own file, DIR private; a re-render given the
+receiver without the secret (a landing's, from the monitor state) keeps the file written last time.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pydantic import SecretStr
 
 from roost.errors import UserError
 from roost.gateway.registry import Registration
-from roost.monitor import dashboard, grafana, rules, scrape
+from roost.monitor import alerting, dashboard, grafana, rules, scrape
 from roost.monitor.targets import DecodeFloor, ScrapeTarget, Targets, address_of, decode_floor, kept_servers
 from roost.settings import environment
 from roost.store.atomic import atomic_write_text
@@ -44,6 +48,7 @@ PROMETHEUS_DIR = "prometheus"
 DASHBOARD_FILE = "grafana/dashboards/vllm-command-center.json"
 DATASOURCES_FILE = "grafana/provisioning/datasources/roost.yml"
 PROVIDERS_FILE = "grafana/provisioning/dashboards/roost.yml"
+ALERTMANAGER_DIR = "alertmanager"
 
 
 @dataclass
@@ -57,6 +62,10 @@ class RenderOptions:
     """The gateway's metrics token: written beside ``prometheus.yml`` and sent by the gateway job."""
     keep_gateway_token: bool = False
     """No token given, but one is in use: the gateway job keeps sending the file written earlier."""
+    alertmanager: str = "127.0.0.1:9093"
+    """Where Prometheus sends alerts (HOST:PORT)."""
+    slack: alerting.SlackSettings = field(default_factory=alerting.SlackSettings)
+    route: alerting.RouteSettings = field(default_factory=alerting.RouteSettings)
 
 
 @dataclass
@@ -65,12 +74,15 @@ class Rendered:
     targets: Targets
     changed: list[str]
     gateway_token: bool = False
+    alert_receiver: alerting.Receiver = "none"
+    alertmanager: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {"out": str(self.out), "vllm_targets": [t.address for t in self.targets.vllm],
                 "gateway_target": self.targets.gateway,
                 "decode_floors": {f.model_name: round(f.tok_s, 3) for f in self.targets.floors},
-                "changed": self.changed, "gateway_token": self.gateway_token}
+                "changed": self.changed, "gateway_token": self.gateway_token,
+                "alert_receiver": self.alert_receiver, "alertmanager_target": self.alertmanager}
 
 
 def gateway_token_from_env() -> SecretStr | None:
@@ -83,22 +95,24 @@ def gateway_token_from_env() -> SecretStr | None:
 
 
 def _private_folder(out: Path) -> None:
-    """Make ``out`` (the folder above the mounted ``prometheus/``) reachable by its owner only.
+    """Make ``out`` (the folder above the mounted ``prometheus/`` and ``alertmanager/``) reachable by
+    its owner only.
 
-    Why the token file is 0644 and this folder 0700, not the file 0600: the official Prometheus
-    image runs as ``nobody`` (65534) and roost runs as an ordinary user, who cannot chown a file to
+    Why a secret file (the gateway's metrics token, the Slack webhook URL or bot token) is 0644 and
+    this folder 0700, not the file 0600: the official Prometheus and Alertmanager images run as
+    ``nobody`` (65534) and roost runs as an ordinary user, who cannot chown a file to
     65534; a 0600 file of that user is unreadable to Prometheus in the container. Inside the
-    container only the mounted folder's own mode counts (``/etc/prometheus`` is the bind mount's
-    root; its host ancestors are never looked up there), so a world-readable file in it is readable
+    container only the mounted folder's own mode counts (``/etc/prometheus`` and ``/etc/alertmanager``
+    are the bind mounts' roots; its host ancestors are never looked up there), so a world-readable file in it is readable
     by whatever user the image runs as, while on the host nobody but the owner (and root) gets past
-    ``out``. A Prometheus run on the host by another user needs to be given access to ``out``.
+    ``out``. A Prometheus or Alertmanager run on the host by another user needs to be given access.
     """
     try:
         mode = out.stat().st_mode
         if mode & 0o077:
             os.chmod(out, stat.S_IMODE(mode) & 0o700)
     except PermissionError as exc:
-        raise UserError(f"cannot make {out} private for the gateway's metrics token ({exc.strerror}): give --out a "
+        raise UserError(f"cannot make {out} private for its secret files ({exc.strerror}): give --out a "
                         "folder of your own") from None
 
 
@@ -137,6 +151,24 @@ def _gateway_token(out: Path, options: RenderOptions) -> tuple[bool, list[str]]:
                         "roost monitor render runs with ROOST_GATEWAY_METRICS_TOKEN set", path)
         return True, []
     return False, []
+
+
+def _alert_secret(out: Path, slack: alerting.SlackSettings) -> list[str]:
+    """Write or keep the Slack secret file Alertmanager reads; the files changed. The other receiver's
+    file, or both without Slack, is removed by :func:`render` once the config that read it is replaced."""
+    name = slack.secret_file
+    if name is None:
+        return []
+    rel = f"{ALERTMANAGER_DIR}/{name}"
+    if slack.secret is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        _private_folder(out)
+        secret = SecretStr(slack.secret.get_secret_value().strip())
+        return [rel] if _write_token(out / rel, secret) else []
+    if not (out / rel).is_file():
+        log.warning("Slack alerts were set up (%s) but %s is gone: Alertmanager cannot send to Slack until roost "
+                    "monitor render runs where the roost-slack block is readable", slack.receiver, out / rel)
+    return []
 
 
 def _floor_for(run_id: str, results: Path | None) -> DecodeFloor | None:
@@ -181,15 +213,18 @@ def render(out: Path, options: RenderOptions, results: Path | None = None, targe
     try:
         # the token first: the config that sends it is never there without it
         token, changed = _gateway_token(out, options)
+        changed += _alert_secret(out, options.slack)
     except PermissionError as exc:
-        raise UserError(f"cannot write the gateway's metrics token under {out}: {exc.strerror}") from None
+        raise UserError(f"cannot write the secret files under {out}: {exc.strerror}") from None
     files = {
-        f"{PROMETHEUS_DIR}/{scrape.CONFIG_FILE}": _dump_yaml(scrape.prometheus_config(targets, options.scrape,
-                                                                                     gateway_token=token)),
+        f"{PROMETHEUS_DIR}/{scrape.CONFIG_FILE}": _dump_yaml(scrape.prometheus_config(
+            targets, options.scrape, gateway_token=token, alertmanager=options.alertmanager)),
         f"{PROMETHEUS_DIR}/{scrape.RULES_FILE}": _dump_yaml(rules.rules(options.rules, targets.floors, options.scrape.scrape_interval)),
         DASHBOARD_FILE: json.dumps(dashboard.dashboard(), indent=2) + "\n",
         DATASOURCES_FILE: _dump_yaml(grafana.datasources(options.prometheus_url)),
         PROVIDERS_FILE: _dump_yaml(grafana.dashboard_providers()),
+        f"{ALERTMANAGER_DIR}/{alerting.CONFIG_FILE}": _dump_yaml(alerting.alertmanager_config(options.slack,
+                                                                                         options.route)),
     }
     try:
         for rel, text in files.items():
@@ -203,6 +238,10 @@ def render(out: Path, options: RenderOptions, results: Path | None = None, targe
         if not token and stale.exists():  # after the config that read it is gone
             stale.unlink()
             changed.append(f"{PROMETHEUS_DIR}/{scrape.GATEWAY_TOKEN_FILE}")
+        for name in alerting.SECRET_FILES:  # a receiver no longer used: its secret goes
+            if name != options.slack.secret_file and (out / ALERTMANAGER_DIR / name).exists():
+                (out / ALERTMANAGER_DIR / name).unlink()
+                changed.append(f"{ALERTMANAGER_DIR}/{name}")
     except PermissionError as exc:
         raise UserError(f"cannot write the monitoring files under {out}: {exc.strerror}") from None
-    return Rendered(out, targets, changed, token)
+    return Rendered(out, targets, changed, token, options.slack.receiver, options.alertmanager)

@@ -1,7 +1,8 @@
 """``prometheus.yml``: the ``vllm`` job over every kept server on the host and the ``llm-gateway`` job
 (the recipe's two jobs), reading the rule file beside it. With a gateway metrics token the gateway
 job sends it as a bearer token read from :data:`GATEWAY_TOKEN_FILE` beside the config (never from
-the config itself: ``roost.monitor.render`` writes that file)."""
+the config itself: ``roost.monitor.render`` writes that file). Firing and resolved alerts go to the
+Alertmanager at ``alertmanager`` (``alerting: alertmanagers:``), which routes them to Slack."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ class ScrapeSettings:
     evaluation_interval: str = "15s"
 
 
-def prometheus_config(targets: Targets, settings: ScrapeSettings, *, gateway_token: bool = False) -> dict[str, Any]:
+def prometheus_config(targets: Targets, settings: ScrapeSettings, *, gateway_token: bool = False,
+                      alertmanager: str = "") -> dict[str, Any]:
     """The configuration document. Each vLLM target carries the roost host and the landing run that
     started it as labels (vLLM's own series carry ``model_name``). ``gateway_token``: the gateway job
-    authenticates with the token in :data:`GATEWAY_TOKEN_FILE`."""
+    authenticates with the token in :data:`GATEWAY_TOKEN_FILE`. ``alertmanager`` (HOST:PORT): where
+    alerts are sent ("": nowhere)."""
     vllm = [{"targets": [t.address], "labels": {k: v for k, v in (("roost_host", t.roost_host),
                                                                   ("landing_run_id", t.run_id)) if v}}
             for t in targets.vllm]
@@ -37,14 +40,14 @@ def prometheus_config(targets: Targets, settings: ScrapeSettings, *, gateway_tok
     if gateway_token:
         gateway["authorization"] = {"type": "Bearer", "credentials_file": GATEWAY_TOKEN_FILE}
     gateway["static_configs"] = [{"targets": [targets.gateway]}]
-    return {
+    doc: dict[str, Any] = {
         "global": {"scrape_interval": settings.scrape_interval, "evaluation_interval": settings.evaluation_interval},
-        "rule_files": [RULES_FILE],
-        "scrape_configs": [
-            {"job_name": q.VLLM_JOB, "metrics_path": "/metrics", "static_configs": vllm},
-            gateway,
-        ],
     }
+    if alertmanager:
+        doc["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
+    doc["rule_files"] = [RULES_FILE]
+    doc["scrape_configs"] = [{"job_name": q.VLLM_JOB, "metrics_path": "/metrics", "static_configs": vllm}, gateway]
+    return doc
 
 
 def vllm_addresses(config: dict[str, Any]) -> list[str]:

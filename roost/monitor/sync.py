@@ -11,6 +11,10 @@ Prometheus load them, in the way that works for how it was started.
 
 Either way the configuration Prometheus reports as loaded is compared with what was rendered; a
 reload that kept the old targets is not reported as done.
+
+An Alertmanager roost knows of (``alertmanager_url``, set by ``roost monitor up``) is sent
+``POST /-/reload`` when its files changed (its folder is mounted whole); one that does not answer is
+noted, not an error: the alerts' routing is what changed, not what Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from roost.monitor import scrape
+from roost.monitor.alertmanager import AlertmanagerAPI, AlertmanagerError
 from roost.monitor.containers import engine
 from roost.monitor.prometheus import PrometheusAPI, PrometheusError
-from roost.monitor.render import PROMETHEUS_DIR, Rendered, render
+from roost.monitor.render import ALERTMANAGER_DIR, PROMETHEUS_DIR, Rendered, render
 from roost.monitor.state import MonitorState, load_state
 from roost.serve.docker.images import DEFAULT_DOCKER_URL
 
@@ -40,9 +45,25 @@ class SyncResult:
     method: Method
     targets: list[str] = field(default_factory=list)
     note: str = ""
+    alertmanager_reload: str = "none"  # none, unchanged, reloaded, or why it failed
 
     def to_json(self) -> dict[str, object]:
-        return {**self.rendered.to_json(), "reload": self.method, "loaded_targets": self.targets, "note": self.note}
+        return {**self.rendered.to_json(), "reload": self.method, "loaded_targets": self.targets, "note": self.note,
+                "alertmanager_reload": self.alertmanager_reload}
+
+
+def reload_alertmanager(state: MonitorState, rendered: Rendered) -> str:
+    """Make a known Alertmanager read changed files: none, unchanged, reloaded, or why not."""
+    if not state.alertmanager_url:
+        return "none"
+    if not any(c.startswith(ALERTMANAGER_DIR + "/") for c in rendered.changed):
+        return "unchanged"
+    try:
+        AlertmanagerAPI(state.alertmanager_url).reload()
+    except AlertmanagerError as exc:
+        log.warning("%s", exc)
+        return str(exc)
+    return "reloaded"
 
 
 def single_file_mount(container: Any, config_path: str = CONFIG_IN_CONTAINER) -> bool:
@@ -74,6 +95,13 @@ def sync(state: MonitorState | None = None, *, force_reload: bool = False, timeo
     if state is None:
         return None
     rendered = render(Path(state.out), state.options())
+    alertmanager = reload_alertmanager(state, rendered)  # first: a Prometheus failing does not hold it back
+    result = _sync_prometheus(state, rendered, force_reload, timeout_s)
+    result.alertmanager_reload = alertmanager
+    return result
+
+
+def _sync_prometheus(state: MonitorState, rendered: Rendered, force_reload: bool, timeout_s: float) -> SyncResult:
     expected = sorted(t.address for t in rendered.targets.vllm)
     prom_changed = any(c.startswith(PROMETHEUS_DIR + "/") for c in rendered.changed)
     if not state.prometheus_url:

@@ -13,7 +13,10 @@ from roost import catalogue as C
 from roost.records import RunRecord
 from roost.regress import RegressionReport
 from roost.report.blocks import Block, Bullets, Document, Image, Para, Section, Table, code
+from roost.report.compare import ModelComparison
 from roost.report.sections.accuracy import accuracy_section
+from roost.report.sections.comparison import comparison_section
+from roost.report.sections.gateway import gateway_section
 from roost.report.sections.history import history_section
 from roost.report.sections.mtp_ab import mtp_ab_section
 from roost.report.sections.points import concurrency_section, prompt_section
@@ -73,10 +76,13 @@ def build_document(
     comparison: RegressionReport | None,
     charts: dict[str, Path],
     ui_url: str = "",
+    models: ModelComparison | None = None,
 ) -> Document:
-    """The whole report for one run (``ui_url``: the Prefect UI, for links to earlier runs)."""
+    """The whole report for one run (``ui_url``: the Prefect UI, for links to earlier runs; ``models``: the
+    comparison with the model it replaced, ``roost.report.compare``)."""
     optional = [weights_section(record), vllm_log_section(record), prompt_section(record, charts),
-                concurrency_section(record, charts), mtp_ab_section(record.mtp_ab), accuracy_section(record, charts),
+                concurrency_section(record, charts), gateway_section(record), mtp_ab_section(record.mtp_ab), accuracy_section(record, charts),
+                comparison_section(models, charts),
                 ceiling_section(record), timeline_section(record, charts), skipped_section(record),
                 history_section(record, history, comparison, charts, ui_url)]
     sections = [summary_section(record, comparison), baseline_section(comparison), audit_section(record),

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from roost.regress import RegressionReport
+from roost.report.compare import ModelComparison
 from roost.report.publish import ReportUrls
 from roost.report.write import ReportFiles
 from roost.store import StoredRun
@@ -18,6 +19,8 @@ class ReportOutcome(BaseModel):
     stored: StoredRun | None = None
     files: ReportFiles | None = None
     comparison: RegressionReport | None = None
+    models: ModelComparison | None = Field(default=None, description="The comparison with the model this one "
+                                           "replaced (roost.report.compare), when made.")
     urls: ReportUrls | None = Field(default=None, description="Where a browser reaches the files (a results URL set).")
     artifact_keys: dict[str, str] = Field(default_factory=dict)
     artifact_markdown: str = Field(

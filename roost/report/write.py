@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field
 from roost.records import RunRecord
 from roost.regress import RegressionReport
 from roost.report import charts as ch
+from roost.report import compare_charts
+from roost.report.compare import ModelComparison
 from roost.report.document import build_document
 from roost.report.html import render_html
 from roost.report.markdown import render_markdown
@@ -37,9 +39,10 @@ class ReportFiles(BaseModel):
 
 
 def render_charts(
-    record: RunRecord, history: list[RunRecord], comparison: RegressionReport | None, charts_dir: Path
+    record: RunRecord, history: list[RunRecord], comparison: RegressionReport | None, charts_dir: Path,
+    models: ModelComparison | None = None,
 ) -> dict[str, Path]:
-    """Every chart the run has data for, by name."""
+    """Every chart the run has data for, by name (with ``models``, the comparison's: ``compare_charts``)."""
     made: dict[str, Path | None] = {
         "decode_vs_prompt": ch.decode_vs_prompt(record, charts_dir / "decode_vs_prompt.png"),
         "ttft_vs_prompt": ch.ttft_vs_prompt(record, charts_dir / "ttft_vs_prompt.png"),
@@ -51,6 +54,7 @@ def render_charts(
         made[f"accuracy_{e.task}"] = ch.accuracy(record, i, charts_dir / f"accuracy_{e.task}.png")
     for field in ch.HISTORY_METRICS:
         made[f"history_{field}"] = ch.history(field, record, history, comparison, charts_dir / f"history_{field}.png")
+    made |= compare_charts.render(models, charts_dir) if models is not None else {}
     return {k: v for k, v in made.items() if v is not None}
 
 
@@ -60,13 +64,15 @@ def write_report(
     comparison: RegressionReport | None,
     out_dir: Path,
     ui_url: str = "",
+    models: ModelComparison | None = None,
 ) -> ReportFiles:
     """Render the report of ``record`` (with ``history``: earlier runs of the same model and host;
-    ``ui_url``: the Prefect UI, so history rows link to their flow runs)."""
+    ``ui_url``: the Prefect UI, so history rows link to their flow runs; ``models``: the comparison with the
+    model it replaced)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    charts = render_charts(record, history, comparison, out_dir / "charts")
-    doc = build_document(record, history, comparison, charts, ui_url=ui_url)
+    charts = render_charts(record, history, comparison, out_dir / "charts", models)
+    doc = build_document(record, history, comparison, charts, ui_url=ui_url, models=models)
     md = atomic_write_text(out_dir / "report.md", render_markdown(doc, out_dir), overwrite=True)
     page = atomic_write_text(out_dir / "report.html", render_html(doc), overwrite=True)
     key = next((charts[k] for k in KEY_CHART_ORDER if k in charts), None)

@@ -8,6 +8,7 @@ Layout under the store's root (keys: ``roost.store.layout``)::
     runs/_late/model=<slug>/host=<host>/<run_id>.parquet      a copy of a run that committed late (same)
     points/model=<slug>/host=<host>/<run_id>.parquet          one row per BenchPoint, with run columns
     requests/model=<slug>/host=<host>/<run_id>.parquet        one row per benchmark request (timings, tokens, errors)
+    requests/model=<slug>/host=<host>/<run_id>-gateway.parquet  the same through the metering gateway (kept servers)
     notifications/model=<slug>/host=<host>/<run_id>-<n>.parquet  one row per notification attempt
     evals/model=<slug>/host=<host>/<run_id>.parquet           one row per accuracy evaluation (roost.eval)
     eval_answers/model=<slug>/host=<host>/<run_id>-<task>.parquet  one row per question asked
@@ -237,20 +238,23 @@ def compact(root: StoreLike = None) -> str | None:
     return catalog.compact(resolve(root), _runs_schema())
 
 
-def append_requests(meta: RunMeta, rows: list[dict[str, Any]], root: StoreLike = None) -> str | None:
+def append_requests(meta: RunMeta, rows: list[dict[str, Any]], root: StoreLike = None,
+                    route: str = "") -> str | None:
     """Store one row per benchmark request (``requests`` table), with the run's identifying columns.
 
-    Written once per run; None when there is nothing to write. Column meanings are the metric
+    Written once per run and route; None when there is nothing to write. Column meanings are the metric
     definitions in ``roost/bench/metrics.py`` (times in seconds relative to the request's send).
+    ``route`` ``"gateway"``: the sweep through the metering gateway (its own file, ``route`` column set;
+    ``""``: direct, the column null as in files from before it existed).
     """
     if not rows:
         return None
     store = resolve(root)
     ident = {"store_version": STORE_VERSION, "run_id": meta.run_id, "profile": meta.profile,
-             "repo_id": meta.repo_id, "commit": meta.commit, "host_name": meta.host}
+             "repo_id": meta.repo_id, "commit": meta.commit, "host_name": meta.host, "route": route or None}
     names = set(REQUESTS_SCHEMA.names)
     data = parquet_bytes([{**ident, **{k: v for k, v in r.items() if k in names}} for r in rows], REQUESTS_SCHEMA)
-    key = f"{partition_key('requests', meta.repo_id, meta.host)}{meta.run_id}.parquet"
+    key = f"{partition_key('requests', meta.repo_id, meta.host)}{meta.run_id}{'-' + route if route else ''}.parquet"
     store.put_new(key, data)
     return store.display(key)
 

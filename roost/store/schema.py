@@ -148,6 +148,8 @@ REQUESTS_SCHEMA = pa.schema([
     ("token_chunks", pa.int64()), ("itl_s_max", pa.float64()),
     # added with issue 12 (files written before lack them: read as null)
     ("prefill_tok_s", pa.float64()), ("unmeasurable_reason", pa.string()),
+    # added with issue 37: "gateway" for the sweep through the metering gateway (null, as in older files: direct)
+    ("route", pa.string()),
 ], metadata={"roost.store_version": str(STORE_VERSION), "roost.table": "requests"})
 
 EVALS_SCHEMA = pa.schema([

@@ -10,7 +10,7 @@ from roost import catalogue as C
 from roost.catalogue import fmt_value
 from roost.headline import pct_of_ceiling, prompt_points
 from roost.records import RunRecord, ServeObservation
-from roost.report.blocks import Bullets, Image, Para, Section, Table
+from roost.report.blocks import Bullets, Image, Para, Section, Table, code
 
 
 def ceiling_section(record: RunRecord) -> Section:
@@ -77,10 +77,28 @@ def _start_tables(s: ServeObservation) -> list[Para | Table]:
     return blocks
 
 
+def openwebui_para(record: RunRecord) -> Para | None:
+    """What became of Open WebUI's default model when this run kept its server (the gateway stage): what
+    roost set, or what to change by hand when the host names no Open WebUI or setting it failed."""
+    if not any(st.stage == "gateway" and st.status == "completed" for st in record.stages):
+        return None
+    name = code(record.meta.served_model_name)
+    if record.openwebui and not record.openwebui.startswith("failed"):
+        return Para(text=f"Open WebUI: {record.openwebui}.")
+    why = (f"setting it failed ({record.openwebui.removeprefix('failed: ')})" if record.openwebui
+           else f"the host names no Open WebUI ({code('openwebui_db')} or {code('openwebui_url')} in its profile)")
+    return Para(text=f"Open WebUI's default model was not changed: {why}. Its users stay on the old default until "
+                     f"an admin makes {name} the default, pins it and puts it first (Admin Settings > Settings > "
+                     f"Models); setting {code('DEFAULT_MODELS')} in its environment alone does not, once it has "
+                     "saved its settings.")
+
+
 def timeline_section(record: RunRecord, charts: dict[str, Path]) -> Section:
     sec = Section(title="Cold-load timeline")
     if record.stages:
         sec.blocks.append(_stage_table(record))
+        if (openwebui := openwebui_para(record)) is not None:
+            sec.blocks.append(openwebui)
     else:
         sec.blocks.append(Para(text="No stage timings were recorded."))
     sec.blocks += _start_tables(record.serve)

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.gateway import UPSTREAM_KEY, GatewayProcess, add_key
+from support.gateway import UPSTREAM_KEY, GatewayProcess, add_key, usage_rows
 from support.prometheus import PrometheusProcess
 from support.samples import check_decode_records
 from support.wait import poll
@@ -50,11 +50,14 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayP
     where = tmp_path_factory.mktemp("gateway")
     db = f"sqlite:///{where / 'usage.db'}"
     gw = GatewayProcess(db, [], log_path=where / "gateway.log", registry=True, extra=["--poll-interval", "1"]).start()
-    os.environ["VLLM_API_KEY"] = UPSTREAM_KEY
+    # the worker reaches the gateway and shares its database, as on a Spark (roost gateway install)
+    env = {"VLLM_API_KEY": UPSTREAM_KEY, "ROOST_GATEWAY_URL": gw.url, "ROOST_GATEWAY_DB": db}
+    os.environ.update(env)
     try:
         yield gw, add_key(db, "tester", "app")
     finally:
-        os.environ.pop("VLLM_API_KEY", None)
+        for name in env:
+            os.environ.pop(name, None)
         gw.stop()
 
 
@@ -152,6 +155,34 @@ def test_land_through_docker(production: dict[str, Any], docker_engine: Any,
         check_decode_records(p)  # a stream delivered in a burst measures no decoding: flagged, not reported
     assert all(p["ttft_s"]["count"] == p["requests"] for p in record["points"])  # TTFT is measured either way
     assert meta["xgrammar_base_version"] == "0.2.8"  # the base's own: the record says no patch was needed
+    _measured_through_the_gateway(record, gw)
+
+
+def _measured_through_the_gateway(record: dict[str, Any], gw: GatewayProcess) -> None:
+    """The kept server was benchmarked directly and through the gateway (the run's own app key), every
+    point both ways in the report; the gateway metered exactly what the benchmark counted (the key's
+    first rows in its database), and the evaluations went through it with the same key after."""
+    via = record["gateway"]
+    assert via["status"] == "measured" and via["url"] == gw.url, via
+    assert via["key_name"] == "roost-benchmark-cpu-docker"
+    direct = [(p["kind"], p["prompt_tokens"], p["concurrency"]) for p in record["points"]]
+    assert [(p["kind"], p["prompt_tokens"], p["concurrency"]) for p in via["points"]] == direct
+    assert all(p["errors"] == 0 and p["ttft_s"]["count"] == p["requests"] for p in via["points"])
+    warmup = 2  # the local profile's (roost/profiles.py)
+    assert via["counted"] == via["metered"] and via["counted"]["requests"] == warmup + sum(p["requests"] for p in via["points"])
+    rows = sorted((r for r in usage_rows(gw.db_url) if r["key_name"] == via["key_name"]), key=lambda r: r["ts"])
+    bench, evals = rows[:via["counted"]["requests"]], rows[via["counted"]["requests"]:]
+    assert {r["kind"] for r in rows} == {"app"}
+    assert (sum(r["prompt_tokens"] for r in bench), sum(r["completion_tokens"] for r in bench)) == (
+        via["counted"]["prompt_tokens"], via["counted"]["completion_tokens"])
+    (gsm8k,) = record["evals"]
+    assert len(evals) == gsm8k["summary"]["n"] and {r["endpoint"] for r in evals} == {"chat"}
+    stage = {s["stage"]: s for s in record["stages"]}["benchmark-gateway"]
+    assert stage["status"] == "completed" and "metered = counted" in stage["note"]
+    report = Path(record["report_path"]).read_text()
+    section = report[report.index("## Through the gateway"):]
+    for kind, prompt, users in direct:
+        assert (f"| {prompt:,}-token prompt |" if kind == "prompt_length" else f"| {users} concurrent |") in section
 
 
 def test_model_swap_moves_the_restart_policy_and_replaces_a_foreign_port_holder(

@@ -94,7 +94,7 @@ def test_prompt_lengths_are_exact_clipped_to_the_window_and_timed(synthetic: Syn
     # tidy rows for the results store
     rows = r.request_rows()
     assert len(rows) == len(r.requests)
-    ident = {"store_version", "run_id", "profile", "repo_id", "commit", "host_name"}
+    ident = {"store_version", "run_id", "profile", "repo_id", "commit", "host_name", "route"}  # the store's own
     assert set(REQUESTS_SCHEMA.names) - ident <= rows[0].keys()
     assert rows[-1]["ttft_s"] == pytest.approx(rows[-1]["t_first_s"])
     assert rows[-1]["token_chunks"] == 64

@@ -129,6 +129,7 @@ def test_sync_tailscale_makes_one_device_key_per_node_once(capsys: pytest.Captur
 def test_install_writes_a_unit_systemd_accepts(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                                db: str, tmp_path: Path) -> None:
     monkeypatch.setenv("VLLM_API_KEY", "upstream-not-for-the-unit")
+    monkeypatch.setenv("ROOST_GATEWAY_METRICS_USERS", "0")  # no forwarded e-mail in its /metrics
     code, _, err = roost(capsys, monkeypatch, "gateway", "install", "--no-start", "--db", db, "--unit-dir",
                          str(tmp_path / "units"), "--env-file", str(tmp_path / "gateway.env"), "--backend",
                          "127.0.0.1:8004/v1", "--port", "8080")
@@ -140,7 +141,7 @@ def test_install_writes_a_unit_systemd_accepts(capsys: pytest.CaptureFixture[str
     assert "\nLimitNOFILE=65536\n" in service  # 2 files a connection: --max-connections 4096 fits
     env = (tmp_path / "gateway.env")
     assert "VLLM_API_KEY=upstream-not-for-the-unit" in env.read_text() and env.stat().st_mode & 0o777 == 0o600
-    assert f"ROOST_GATEWAY_DB={db}" in env.read_text()
+    assert f"ROOST_GATEWAY_DB={db}" in env.read_text() and "ROOST_GATEWAY_METRICS_USERS=0\n" in env.read_text()
     # systemd itself: the unit parses, with no unknown key, and its ExecStart exists (Debian's systemd package;
     # scripts/test installs it when missing)
     analyze = shutil.which("systemd-analyze")

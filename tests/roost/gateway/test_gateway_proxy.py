@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from bench_synthetic import Synthetic, start_synthetic
+from prometheus_client.parser import text_string_to_metric_families
 from support.gateway import (
     ROOST,
     UPSTREAM_KEY,
@@ -279,17 +280,24 @@ def test_a_trusted_front_end_attributes_its_users_and_the_email_stays_out_of_log
     webui = add_key(gateway.db_url, "open-webui", "app", trusted=True)
     email = "carol.secret-user@example.org"
     header = {"X-OpenWebUI-User-Email": email}
-    for key in (webui, alice):
+    for key, stream in ((webui, False), (alice, False), (webui, True)):
         resp = httpx.post(f"{gateway.url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}", **header},
-                          json={"model": "synthetic", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
-                          timeout=30)
+                          json={"model": "synthetic", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                                "stream": stream}, timeout=30)
         assert resp.status_code == 200
-    rows = usage_rows(gateway.db_url)[-2:]
-    assert [(r["key_name"], r["user"]) for r in rows] == [("open-webui", email), ("alice", None)]
+    rows = usage_rows(gateway.db_url)[-3:]
+    assert [(r["key_name"], r["user"]) for r in rows] == [("open-webui", email), ("alice", None), ("open-webui", email)]
     by_user = subprocess.run([str(ROOST), "gateway", "usage", "--by", "user", "--json", "--db", gateway.db_url],
                              capture_output=True, text=True, timeout=60)
     assert any(r["user"] == email for r in json.loads(by_user.stdout))
-    assert email not in gateway.log() and email not in gateway.metrics()
+    assert email not in gateway.log()
+    # /metrics names the forwarded user in the per-user series' user label only (bounded: test_user_metrics)
+    samples = [s for f in text_string_to_metric_families(gateway.metrics()) for s in f.samples]
+    mine = {s.name: s.value for s in samples if email in s.labels.values()}
+    assert all(s.labels.get("user") == email for s in samples if email in s.labels.values())
+    assert mine["roost_gateway_user_requests_total"] == 2  # a whole answer and a stream
+    assert mine["roost_gateway_user_ttft_seconds_count"] == 2 and mine["roost_gateway_user_ttft_seconds_sum"] > 0
+    assert mine["roost_gateway_user_completion_tokens_total"] == rows[0]["completion_tokens"] + rows[2]["completion_tokens"]
 
 
 def test_metrics_count_per_key_kind_and_model_and_no_secret_is_printed(gateway: GatewayProcess, alice: str) -> None:
@@ -308,6 +316,10 @@ def test_metrics_count_per_key_kind_and_model_and_no_secret_is_printed(gateway: 
     assert sample("roost_gateway_completion_tokens_total", key="alice", kind="user", model="synthetic") == sum(
         r["completion_tokens"] for r in rows)
     assert sample("roost_gateway_requests_total", key="alice", model="synthetic") == len(rows)
+    # alice forwards nobody: her per-user series are her key's
+    assert sample("roost_gateway_user_requests_total", user="alice", kind="user", model="synthetic") == len(rows)
+    assert sample("roost_gateway_user_completion_tokens_total", user="alice", kind="user", model="synthetic") == sum(
+        r["completion_tokens"] for r in rows)
     assert sample("roost_gateway_refused_total", reason="unauthorized") >= 1
     assert "roost_gateway_added_latency_seconds_bucket" in text
     for secret in (alice, UPSTREAM_KEY):

@@ -4,7 +4,9 @@ after an atomic rewrite, so a reload reads stale content and the container must 
 
 This machine reaches no image registry, so ``prom/prometheus`` cannot be pulled: the stand-in image
 is the test rootfs with Debian's ``prometheus`` binary at the official image's ``/bin/prometheus``
-(``--prometheus-image``). Grafana cannot be run here at all (``--no-grafana``; see the README).
+(``--prometheus-image``); likewise ``prom/alertmanager``'s stand-in carries Debian's
+``prometheus-alertmanager`` at ``/bin/alertmanager`` (``--alertmanager-image``), started beside it,
+answering ``status`` and removed by ``down``. Grafana cannot be run here at all (``--no-grafana``; see the README).
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from typing import Any
 import httpx
 import pytest
 from docker_fixtures import MANAGED, ROOTFS_IMAGE
+from support.alertmanager import ALERTMANAGER, have_alertmanager
 from support.cli import run_roost as _roost
 from support.prometheus import PROMETHEUS, have_prometheus
 from support.wait import poll
 
 from roost.gateway import registry
 from roost.monitor import queries as q
-from roost.monitor.containers import PROMETHEUS_NAME
+from roost.monitor.alertmanager import AlertmanagerAPI
+from roost.monitor.containers import ALERTMANAGER_NAME, PROMETHEUS_NAME
 from roost.monitor.prometheus import PrometheusAPI
 from roost.monitor.render import render
 from roost.monitor.state import load_state
@@ -36,9 +40,13 @@ from roost.monitor.sync import sync
 from roost.net import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker,
-              pytest.mark.skipif(not have_prometheus(), reason="Debian's prometheus package (scripts/test installs it)")]
+              pytest.mark.skipif(not have_prometheus(), reason="Debian's prometheus package (scripts/test installs it)"),
+              pytest.mark.skipif(not have_alertmanager(), reason="Debian's prometheus-alertmanager (scripts/test "
+                                 "installs it)")]
 
 IMAGE = "roost-test/prometheus:debian"
+AM_IMAGE = "roost-test/alertmanager:debian"
+AM_TEMPLATES = "/usr/share/prometheus/alertmanager"
 METRICS = b'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="fake"} 0\n'
 
 
@@ -50,6 +58,18 @@ def prometheus_image(docker_engine: Any, base_image: str, tmp_path_factory: pyte
                                     f"LABEL {MANAGED}\n")
     docker_engine.images.build(path=str(ctx), tag=IMAGE, rm=True)
     return IMAGE
+
+
+@pytest.fixture(scope="module")
+def alertmanager_image(docker_engine: Any, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    ctx = tmp_path_factory.mktemp("am-image")
+    shutil.copy2(ALERTMANAGER, ctx / "alertmanager")
+    shutil.copytree(AM_TEMPLATES, ctx / "templates", ignore=shutil.ignore_patterns("ui", "no-ui", "*.sh"))
+    # Debian's build reads its default templates from there (the official image has them built in)
+    (ctx / "Dockerfile").write_text(f"FROM {ROOTFS_IMAGE}\nCOPY alertmanager /bin/alertmanager\n"
+                                    f"COPY templates {AM_TEMPLATES}\nLABEL {MANAGED}\n")
+    docker_engine.images.build(path=str(ctx), tag=AM_IMAGE, rm=True)
+    return AM_IMAGE
 
 
 class Exporter:
@@ -85,10 +105,12 @@ def env(tmp_path_factory: pytest.TempPathFactory, docker_engine: Any) -> Iterato
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        with contextlib.suppress(Exception):
-            docker_engine.containers.get(PROMETHEUS_NAME).remove(force=True)
-        with contextlib.suppress(Exception):
-            docker_engine.volumes.get("roost-prometheus-data").remove(force=True)
+        for name in (PROMETHEUS_NAME, ALERTMANAGER_NAME):
+            with contextlib.suppress(Exception):
+                docker_engine.containers.get(name).remove(force=True)
+        for volume in ("roost-prometheus-data", "roost-alertmanager-data"):
+            with contextlib.suppress(Exception):
+                docker_engine.volumes.get(volume).remove(force=True)
 
 
 
@@ -115,15 +137,20 @@ def _started_at(docker_engine: Any) -> str:
     return str(docker_engine.containers.get(PROMETHEUS_NAME).attrs["State"]["StartedAt"])
 
 
-def test_folder_mount_takes_a_new_target_by_reload(env: Path, prometheus_image: str, docker_engine: Any,
-                                                   capsys: pytest.CaptureFixture[str],
+def test_folder_mount_takes_a_new_target_by_reload(env: Path, prometheus_image: str, alertmanager_image: str,
+                                                   docker_engine: Any, capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    listen = f"127.0.0.1:{free_port()}"
+    listen, am = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     code, out, err = _roost(capsys, monkeypatch, "monitor", "up", "--out", str(env / "files"), "--no-grafana",
                             "--prometheus-image", prometheus_image, "--listen", listen, "--scrape-interval", "1s",
-                            "--evaluation-interval", "1s", "--gateway", f"127.0.0.1:{free_port()}")
+                            "--evaluation-interval", "1s", "--gateway", f"127.0.0.1:{free_port()}",
+                            "--alertmanager-image", alertmanager_image, "--alertmanager", am, "--no-slack")
     assert code == 0, err
     assert f"Prometheus http://{listen} ({PROMETHEUS_NAME}, dir mount)" in out
+    assert f"Alertmanager http://{am} ({ALERTMANAGER_NAME})" in out and "alerts go nowhere" in out
+    assert AlertmanagerAPI(f"http://{am}").ready()
+    mounts = {m["Destination"]: m for m in docker_engine.containers.get(ALERTMANAGER_NAME).attrs["Mounts"]}
+    assert mounts["/etc/alertmanager"]["Source"] == str((env / "files" / "alertmanager").resolve())
     api = PrometheusAPI(f"http://{listen}")
     started = _started_at(docker_engine)
     exporter = Exporter()
@@ -135,14 +162,15 @@ def test_folder_mount_takes_a_new_target_by_reload(env: Path, prometheus_image: 
 
 
 def test_single_file_mount_is_restarted_because_a_reload_reads_the_old_file(
-        env: Path, prometheus_image: str, docker_engine: Any, capsys: pytest.CaptureFixture[str],
+        env: Path, prometheus_image: str, alertmanager_image: str, docker_engine: Any, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     state = load_state()
     assert state is not None
     listen = state.prometheus_url.removeprefix("http://")
     code, out, err = _roost(capsys, monkeypatch, "monitor", "up", "--out", state.out, "--no-grafana", "--mount", "file",
                             "--prometheus-image", prometheus_image, "--listen", listen, "--scrape-interval", "1s",
-                            "--evaluation-interval", "1s", "--gateway", state.gateway)
+                            "--evaluation-interval", "1s", "--gateway", state.gateway, "--alertmanager-image",
+                            alertmanager_image, "--alertmanager", state.alertmanager, "--no-slack")
     assert code == 0 and "file mount" in out, err
     api = PrometheusAPI(state.prometheus_url)
     second = Exporter()
@@ -184,9 +212,11 @@ def test_status_and_down(env: Path, docker_engine: Any, capsys: pytest.CaptureFi
         time.sleep(1)
     assert {t["job"] for t in doc["targets"]} == {q.VLLM_JOB, q.GATEWAY_JOB}
     assert any(a["name"] == "GatewayDown" for a in doc["alerts"]), doc["alerts"]
+    assert doc["alertmanager"]["error"] is None, doc["alertmanager"]  # it answers (holding GatewayDown once firing)
     code, out, err = _roost(capsys, monkeypatch, "monitor", "down")
-    assert code == 0 and PROMETHEUS_NAME in out, err
+    assert code == 0 and PROMETHEUS_NAME in out and ALERTMANAGER_NAME in out, err
     assert not docker_engine.containers.list(all=True, filters={"name": PROMETHEUS_NAME})
+    assert not docker_engine.containers.list(all=True, filters={"name": ALERTMANAGER_NAME})
     with pytest.raises(httpx.HTTPError):
         httpx.get(doc["prometheus"] + "/-/ready", timeout=2)
     code, _, err = _roost(capsys, monkeypatch, "monitor", "down")

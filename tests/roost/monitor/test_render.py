@@ -43,9 +43,12 @@ def test_dashboard_is_grafanas_schema_and_carries_every_panel_the_issue_names() 
     titles = [p["title"] for p in doc["panels"] if p["type"] != "row"]
     assert titles == [p.title for p in PANELS]
     for needed in ("Throughput", "Time to first token", "Inter-token latency", "Running and waiting requests",
-                   "KV cache usage", "Draft acceptance", "Tokens per key", "Tokens per kind"):
+                   "KV cache usage", "Draft acceptance", "Tokens per key", "Tokens per kind", "Requests per user",
+                   "Tokens per user", "Time to first token per user", "Requests per device", "Tokens per device",
+                   "Time to first token per device"):
         assert needed in titles
     assert {p["type"] for p in doc["panels"]} == {"row", "timeseries"}
+    assert [p["title"] for p in doc["panels"] if p["type"] == "row"] == ["Serving", "Gateway", "Users and devices"]
     for p in doc["panels"]:
         if p["type"] != "row":
             assert p["datasource"]["uid"] == DATASOURCE_UID
@@ -81,7 +84,7 @@ def test_render_targets_floors_and_provisioning(reg: Path, tmp_path: Path) -> No
 def test_unchanged_files_are_left_alone_and_changes_land_as_new_files(reg: Path, tmp_path: Path) -> None:
     out = tmp_path / "files"
     first = render(out, RenderOptions())
-    assert len(first.changed) == 5
+    assert len(first.changed) == 6  # prometheus (2), grafana (3), alertmanager (1)
     config = out / "prometheus" / "prometheus.yml"
     inode = config.stat().st_ino
     assert render(out, RenderOptions()).changed == []
@@ -168,7 +171,7 @@ def test_render_command_records_the_folder_for_landings(reg: Path, tmp_path: Pat
     code, out, err = roost(capsys, monkeypatch, "monitor", "render", "--out", str(tmp_path / "m"), "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["vllm_targets"] == ["127.0.0.1:8004"] and doc["reload"] == "none" and len(doc["changed"]) == 5
+    assert doc["vllm_targets"] == ["127.0.0.1:8004"] and doc["reload"] == "none" and len(doc["changed"]) == 6
     state = load_state()
     assert state is not None and state.out == str((tmp_path / "m").resolve())
     code, out, _ = roost(capsys, monkeypatch, "monitor", "render", "--no-sync", "--out", str(tmp_path / "other"))
@@ -195,7 +198,7 @@ def test_a_metrics_token_goes_to_its_own_file_never_into_the_config(reg: Path, t
     out.mkdir(mode=0o755)
     token_rel = f"prometheus/{GATEWAY_TOKEN_FILE}"
     done = render(out, RenderOptions(gateway_token=SecretStr(TOKEN)))
-    assert token_rel in done.changed and len(done.changed) == 6
+    assert token_rel in done.changed and len(done.changed) == 7
     assert done.to_json()["gateway_token"] is True and TOKEN not in json.dumps(done.to_json()) + repr(done)
     jobs = {j["job_name"]: j for j in yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]}
     # relative: Prometheus reads it beside prometheus.yml (/etc/prometheus in roost monitor up's container)

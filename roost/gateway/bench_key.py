@@ -1,0 +1,72 @@
+"""The key a landing's benchmark and evaluations use through the gateway: kind ``app``, named for
+roost's benchmark on one host (``roost-benchmark-<host>``), metered like any client's.
+
+A fresh key is issued for each run in the gateway's own database (the worker and the gateway share
+it: ``ROOST_GATEWAY_DB``, else SQLite under roost's home) and revoked when the run ends, so it is
+never stored anywhere, not even in a Secret block; a key left by a crashed run is revoked by the
+next run on the host. Its usage rows stay, under the same name, run after run.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import SecretStr
+
+from roost.gateway.db import GatewayDB
+from roost.records import Usage
+from roost.vllm.client import run_sync
+
+PREFIX = "roost-benchmark"
+NOTE = "roost's benchmark and evaluations through the gateway: issued per landing, revoked at its end"
+
+
+def key_name(host: str) -> str:
+    """``roost-benchmark-<host>``, the host reduced to what a key name may hold."""
+    safe = re.sub(r"[^A-Za-z0-9._@+-]", "-", host).strip("-")[:100]
+    return f"{PREFIX}-{safe}" if safe else PREFIX
+
+
+async def _issue(db_url: str, name: str) -> str:
+    db = await GatewayDB(db_url).connect()
+    try:
+        if any(k["name"] == name and not k["revoked"] for k in await db.list_keys()):
+            await db.revoke_key(name)  # a run that crashed before revoking its key
+        return await db.add_key(name, "app", note=NOTE)
+    finally:
+        await db.close()
+
+
+def issue(db_url: str, name: str) -> SecretStr:
+    """A fresh key named ``name`` in the gateway's database (any earlier key of that name revoked)."""
+    return SecretStr(run_sync(lambda: _issue(db_url, name)))
+
+
+async def _revoke(db_url: str, name: str) -> bool:
+    db = await GatewayDB(db_url).connect()
+    try:
+        return await db.revoke_key(name)
+    finally:
+        await db.close()
+
+
+def revoke(db_url: str, name: str) -> bool:
+    """Revoke the run's key (the gateway stops taking it within its key refresh); False if it was revoked."""
+    return run_sync(lambda: _revoke(db_url, name))
+
+
+async def _metered(db_url: str, name: str, since: float) -> Usage:
+    db = await GatewayDB(db_url).connect()
+    try:
+        rows = [r for r in await db.usage(since=since, by="key") if r.get("key") == name]
+    finally:
+        await db.close()
+    return Usage(requests=sum(r["requests"] for r in rows), prompt_tokens=sum(r["prompt_tokens"] for r in rows),
+                 completion_tokens=sum(r["completion_tokens"] for r in rows))
+
+
+def metered(db_url: str, name: str, since: float) -> Usage:
+    """What the gateway's usage database holds for key ``name`` from ``since`` (Unix seconds) on."""
+    return run_sync(lambda: _metered(db_url, name, since))
+
+
