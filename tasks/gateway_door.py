@@ -30,8 +30,8 @@ def close_door_task(door: Door) -> None:
 
 
 @task(name="gateway-metered", cache_policy=NO_CACHE, persist_result=False)
-def metered_task(door: Door, since: float) -> Usage:
-    """What the gateway metered for the run's key since ``since``."""
+def metered_task(door: Door, since: float, requests: int) -> Usage:
+    """What the gateway metered for the run's key since ``since`` (waiting for ``requests`` rows)."""
     from roost.gateway.bench_key import metered
 
-    return metered(door.db_url, door.key_name, since)
+    return metered(door.db_url, door.key_name, since, requests)

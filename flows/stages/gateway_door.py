@@ -96,7 +96,7 @@ def gateway_benchmark_stage(record: RunRecord, door: Door | None, prof: ModelPro
         append_requests(record.meta, rows, route="gateway")
         counted = counted_usage(rows)
         try:
-            metered: Usage | None = metered_task(door, since)
+            metered: Usage | None = metered_task(door, since, counted.requests)
         except Exception as exc:  # the database away: the measurement stands, the check is said undone
             metered = None
             note = "; ".join(filter(None, [note, f"the gateway's usage could not be read ({type(exc).__name__})"]))

@@ -9,15 +9,20 @@ next run on the host. Its usage rows stay, under the same name, run after run.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 
 from pydantic import SecretStr
 
+from roost.gateway.config import GatewayConfig
 from roost.gateway.db import GatewayDB
 from roost.records import Usage
 from roost.vllm.client import run_sync
 
 PREFIX = "roost-benchmark"
+COMMIT_WAIT_S = GatewayConfig().commit_timeout_s + 2.0
+"""How long the metered count may lag the benchmark's last answer: the gateway's commit wait, and a margin."""
 NOTE = "roost's benchmark and evaluations through the gateway: issued per landing, revoked at its end"
 
 
@@ -55,18 +60,27 @@ def revoke(db_url: str, name: str) -> bool:
     return run_sync(lambda: _revoke(db_url, name))
 
 
-async def _metered(db_url: str, name: str, since: float) -> Usage:
+async def _metered(db_url: str, name: str, since: float, requests: int, wait_s: float) -> Usage:
     db = await GatewayDB(db_url).connect()
+    deadline = time.monotonic() + wait_s
     try:
-        rows = [r for r in await db.usage(since=since, by="key") if r.get("key") == name]
+        while True:
+            rows = [r for r in await db.usage(since=since, by="key") if r.get("key") == name]
+            got = Usage(requests=sum(r["requests"] for r in rows),
+                        prompt_tokens=sum(r["prompt_tokens"] for r in rows),
+                        completion_tokens=sum(r["completion_tokens"] for r in rows))
+            if got.requests >= requests or time.monotonic() >= deadline:
+                return got
+            await asyncio.sleep(0.2)
     finally:
         await db.close()
-    return Usage(requests=sum(r["requests"] for r in rows), prompt_tokens=sum(r["prompt_tokens"] for r in rows),
-                 completion_tokens=sum(r["completion_tokens"] for r in rows))
 
 
-def metered(db_url: str, name: str, since: float) -> Usage:
-    """What the gateway's usage database holds for key ``name`` from ``since`` (Unix seconds) on."""
-    return run_sync(lambda: _metered(db_url, name, since))
+def metered(db_url: str, name: str, since: float, requests: int = 0, wait_s: float = COMMIT_WAIT_S) -> Usage:
+    """What the gateway's usage database holds for key ``name`` from ``since`` (Unix seconds) on, once it
+    holds ``requests`` rows or ``wait_s`` has passed. A stream's row is committed before the gateway ends
+    the response, but a client has its answer at ``data: [DONE]``, just before: the last rows may still be
+    on their way (the gateway waits at most its ``commit_timeout_s`` for them)."""
+    return run_sync(lambda: _metered(db_url, name, since, requests, wait_s))
 
 

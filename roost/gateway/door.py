@@ -88,7 +88,10 @@ def bench_key_db() -> str:
 
 def open_door(host_gateway_url: str, host: str, model: str, wait_s: float = 30.0) -> Door | str:
     """The door for a run on ``host`` serving ``model``, or one line saying why there is none."""
-    url = gateway_url(host_gateway_url)
+    try:
+        url = gateway_url(host_gateway_url)
+    except UserError as exc:  # the worker's ROOST_GATEWAY_URL: said in the report, the landing goes on
+        return str(exc)
     if not url:
         return "no gateway configured (gateway_url on the host profile, or ROOST_GATEWAY_URL)"
     try:

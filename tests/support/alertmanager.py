@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from roost.net import free_port
+from support.processes import stop_group
 from support.wait import http_ok, wait_started
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
@@ -49,13 +50,8 @@ class AlertmanagerProcess:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_group(self.proc)  # started in a session of its own
 
     def alerts(self) -> list[dict[str, Any]]:
         """What it holds (``/api/v2/alerts``)."""

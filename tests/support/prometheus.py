@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from roost.net import free_port
+from support.processes import stop_group
 from support.wait import http_ok, wait_for, wait_started
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -42,13 +43,8 @@ class PrometheusProcess:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_group(self.proc)  # started in a session of its own
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         r = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10)

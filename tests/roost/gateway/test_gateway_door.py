@@ -19,6 +19,7 @@ from support.wait import poll
 from roost.bench.gateway_hop import counted_usage, hop_points, summarize
 from roost.bench.settings import BenchSettings
 from roost.bench.sweep import run_benchmark
+from roost.errors import UserError
 from roost.gateway import bench_key
 from roost.gateway.door import Door, close_door, gateway_url, open_door
 from roost.net import free_port
@@ -60,7 +61,7 @@ def test_a_sweep_through_the_door_is_metered_as_the_benchmark_counted_it(
     counted = counted_usage(via.request_rows())
     assert counted.requests == 1 + 1 + 2  # warm-up, the prompt point, two users at concurrency 2
     assert counted.completion_tokens == 16 * counted.requests
-    metered = bench_key.metered(gw.db_url, door.key_name, since=door.opened_at - 1)
+    metered = bench_key.metered(gw.db_url, door.key_name, since=door.opened_at - 1, requests=counted.requests)
     assert metered == counted
     rows = [r for r in usage_rows(gw.db_url) if r["key_name"] == door.key_name]
     assert {(r["kind"], r["status"]) for r in rows} == {("app", "ok")}
@@ -98,6 +99,8 @@ def test_every_reason_for_no_door_is_one_line(on_gateway_db: GatewayProcess, bac
     assert open_door(gw.url, "cpu", backend.model) == ("no gateway configured (gateway_url on the host profile, "
                                                         "or ROOST_GATEWAY_URL)")
     monkeypatch.setenv("ROOST_GATEWAY_URL", "ftp://x")
-    with pytest.raises(Exception, match=r"^ROOST_GATEWAY_URL 'ftp://x': give the gateway's URL"):
+    with pytest.raises(UserError, match=r"^ROOST_GATEWAY_URL 'ftp://x': give the gateway's URL"):
         gateway_url("")
+    assert open_door(gw.url, "cpu", backend.model) == ("ROOST_GATEWAY_URL 'ftp://x': give the gateway's URL, "
+                                                        "e.g. http://127.0.0.1:8080")
     assert UPSTREAM_KEY not in why + unknown + other_db
