@@ -23,20 +23,24 @@ from roost.errors import UserError
 from roost.hub._endpoint import resolve_token
 
 
-def token_from(secret_block: str | None) -> str | None:
-    """The HF token in the Prefect Secret block ``secret_block``; None when no block is named or it is
-    empty (the Hub token then comes from ``HF_TOKEN`` or the stored login, or the access is anonymous)."""
-    if not secret_block:
-        return None
+def secret_value(secret_block: str, holding: str) -> str | None:
+    """The value of the Prefect Secret block ``secret_block`` (None when it is empty); a UserError naming
+    the block and what it should hold (``holding``) when there is none of that name."""
     try:
         secret = cast("Secret[str]", Secret.load(secret_block))
     except ValueError:
         raise UserError(
             f"Prefect Secret block {secret_block!r} not found: create it (prefect block create secret, "
-            "or Secret(value=...).save(name)) holding a Hugging Face read token"
+            f"or Secret(value=...).save(name)) holding {holding}"
         ) from None
     value = secret.get()
     return str(value) if value else None
+
+
+def token_from(secret_block: str | None) -> str | None:
+    """The HF token in the Prefect Secret block ``secret_block``; None when no block is named or it is
+    empty (the Hub token then comes from ``HF_TOKEN`` or the stored login, or the access is anonymous)."""
+    return secret_value(secret_block, "a Hugging Face read token") if secret_block else None
 
 
 def hub_token(secret_block: str | None = None, token: str | None = None) -> str | None:

@@ -1,8 +1,10 @@
-"""Small network helpers: free loopback ports, port-in-use checks."""
+"""Small network helpers: free loopback ports, port-in-use checks, an answer read within a size and a time."""
 
 from __future__ import annotations
 
 import socket
+import time
+from collections.abc import Iterable
 
 from roost.errors import UserError
 
@@ -29,3 +31,24 @@ def require_free_port(port: int, host: str = "127.0.0.1", what: str = "vLLM") ->
     if port_in_use(port, host):
         raise UserError(f"port {port} on {host} is already in use; stop what listens there or pass another --port for {what}")
     return port
+
+
+class ReadCut(Exception):
+    """An answer read past its byte limit (``too_big``) or its deadline (not ``too_big``)."""
+
+    def __init__(self, too_big: bool) -> None:
+        super().__init__("too big" if too_big else "too slow")
+        self.too_big = too_big
+
+
+def read_capped(chunks: Iterable[bytes], limit: int, deadline: float) -> bytes:
+    """The answer's bytes as they arrive, at most ``limit`` of them and by ``deadline`` (``time.monotonic``)
+    in all, not per read: a peer sending slowly forever is cut too. :class:`ReadCut` otherwise."""
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+        if len(body) > limit:
+            raise ReadCut(too_big=True)
+        if time.monotonic() > deadline:
+            raise ReadCut(too_big=False)
+    return bytes(body)

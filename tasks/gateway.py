@@ -5,13 +5,12 @@ new model's name without a restart. Never cached (it records what runs now); no 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
 
 from prefect import task
-from prefect.blocks.system import Secret
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 
+from blocks.secrets import secret_value
 from roost.errors import UserError
 from roost.gateway import registry
 from roost.gateway.openwebui import OpenWebUIError, follow_swap_in_db
@@ -51,12 +50,8 @@ def openwebui_api_key(secret_block: str) -> str:
     """The Open WebUI admin key: the Secret block ``secret_block`` holds, else ROOST_OPENWEBUI_API_KEY.
     Never logged, never returned in an error."""
     if secret_block:
-        try:
-            secret = cast("Secret[str]", Secret.load(secret_block))
-        except ValueError:
-            raise UserError(f"Prefect Secret block {secret_block!r} (the host's openwebui_api_key_secret) not found: "
-                            "create it holding an Open WebUI admin's API key (sk-...)") from None
-        return str(secret.get() or "")
+        return secret_value(secret_block, "an Open WebUI admin's API key (sk-...), as the host's "
+                            "openwebui_api_key_secret names") or ""
     return environment().roost_openwebui_api_key or ""
 
 

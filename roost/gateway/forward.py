@@ -105,9 +105,11 @@ class Forward:
         self.labels = (row["key_name"], row["kind"], row["model"])
         self.completion_counter = gw.metrics.completion_tokens.labels(*self.labels)
         self.user_labels = (usage.user_label, row["kind"], row["model"])
+        # a new user's series exist (at 0) while its first request runs
         self.user_completion = gw.metrics.user_completion_tokens.labels(*self.user_labels)
-        for per_user in (gw.metrics.user_requests, gw.metrics.user_prompt_tokens, gw.metrics.user_ttft):
-            per_user.labels(*self.user_labels)  # a new user's series exist (at 0) while its first request runs
+        self.user_prompt = gw.metrics.user_prompt_tokens.labels(*self.user_labels)
+        self.user_ttft = gw.metrics.user_ttft.labels(*self.user_labels)
+        gw.metrics.user_requests.labels(*self.user_labels)  # counted when the request ends (the app's finish)
         self.committed = False
         self.tokenize: asyncio.Task[int | None] | None = None
         self.metered_completion = 0
@@ -246,7 +248,7 @@ class Forward:
         elif counted is not None and row["status"] != "backend_unreachable" and not row["status"].startswith("http_"):
             row["prompt_tokens"], row["prompt_source"] = counted, "tokenize"
         self.gw.metrics.prompt_tokens.labels(*self.labels).inc(row["prompt_tokens"])
-        self.gw.metrics.user_prompt_tokens.labels(*self.user_labels).inc(row["prompt_tokens"])
+        self.user_prompt.inc(row["prompt_tokens"])
 
     def _meter_completion(self, total: int) -> None:
         if total > self.metered_completion:
@@ -360,7 +362,7 @@ class Forward:
 
     def _answer_started(self) -> None:
         """A 200 answer's first byte goes to the client now: the per-user time to first byte."""
-        self.gw.metrics.user_ttft.labels(*self.user_labels).observe(time.perf_counter() - self.usage.t0)
+        self.user_ttft.observe(time.perf_counter() - self.usage.t0)
 
     async def _whole(self, relay: Relay, t_sent: float) -> None:
         row = self.usage.row

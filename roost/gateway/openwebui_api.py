@@ -37,6 +37,7 @@ from roost.gateway.openwebui import (
     defaults_of,
     follow,
 )
+from roost.net import ReadCut, read_capped
 
 MODELS_CONFIG_PATH = "api/v1/configs/models"
 MAX_ANSWER_BYTES = 1 << 20
@@ -63,17 +64,15 @@ def _call(client: httpx.Client, method: str, where: str, body: dict[str, Any] | 
             if answer.headers.get("content-encoding", "identity").lower() != "identity":
                 raise OpenWebUIError(f"Open WebUI at {where} answered compressed although asked not to: is "
                                      "openwebui_url Open WebUI, or a proxy in front of it?")
-            raw = bytearray()
-            for chunk in answer.iter_raw():
-                raw += chunk
-                if len(raw) > MAX_ANSWER_BYTES or time.monotonic() > deadline:
-                    raise OpenWebUIError(f"Open WebUI at {where} answered more than {MAX_ANSWER_BYTES:,} bytes or "
-                                         f"took over {TIMEOUT_S:g} s: is openwebui_url Open WebUI?")
+            raw = read_capped(answer.iter_raw(), MAX_ANSWER_BYTES, deadline)
+    except ReadCut:
+        raise OpenWebUIError(f"Open WebUI at {where} answered more than {MAX_ANSWER_BYTES:,} bytes or "
+                             f"took over {TIMEOUT_S:g} s: is openwebui_url Open WebUI?") from None
     except httpx.HTTPError as exc:
         raise OpenWebUIError(f"Open WebUI at {where} could not be reached ({type(exc).__name__}): check "
                              "openwebui_url and that Open WebUI runs") from None
     try:
-        doc = json.loads(bytes(raw))
+        doc = json.loads(raw)
     except ValueError:
         doc = None
     if not isinstance(doc, dict):

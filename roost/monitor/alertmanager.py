@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from roost.errors import RoostError
+from roost.net import ReadCut, read_capped
 
 MAX_BODY = 4 * 1024 * 1024
 MAX_ALERTS = 500
@@ -68,18 +69,15 @@ class AlertmanagerAPI:
     def _request(self, method: str, path: str) -> tuple[int, bytes]:
         """Status and body, the body at most ``MAX_BODY`` bytes, all within ``timeout_s``."""
         deadline = time.monotonic() + self.timeout_s
-        body = bytearray()
         try:
             with httpx.stream(method, f"{self.url}{path}", timeout=self.timeout_s) as r:
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_BODY:
-                        raise AlertmanagerError(f"Alertmanager at {self.url} answered {path} with more than "
-                                                f"{MAX_BODY // 1024 // 1024} MiB")
-                    if time.monotonic() > deadline:
-                        raise AlertmanagerError(f"Alertmanager at {self.url} took over {self.timeout_s:g} s "
-                                                f"to answer {path}")
-                return r.status_code, bytes(body)
+                return r.status_code, read_capped(r.iter_bytes(), MAX_BODY, deadline)
+        except ReadCut as cut:
+            if cut.too_big:
+                raise AlertmanagerError(f"Alertmanager at {self.url} answered {path} with more than "
+                                        f"{MAX_BODY // 1024 // 1024} MiB") from None
+            raise AlertmanagerError(f"Alertmanager at {self.url} took over {self.timeout_s:g} s "
+                                    f"to answer {path}") from None
         except httpx.HTTPError as exc:
             raise AlertmanagerError(f"Alertmanager at {self.url} is not answering ({type(exc).__name__})") from None
 

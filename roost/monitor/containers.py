@@ -15,11 +15,12 @@ clustering off (one instance; no gossip port opened on the host network).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from roost.errors import UserError
+from roost.errors import RoostError, UserError
 from roost.monitor import scrape
 from roost.monitor.alertmanager import AlertmanagerAPI, AlertmanagerError
 from roost.monitor.grafana import DASHBOARDS_PATH
@@ -129,15 +130,8 @@ def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 
         volumes={**prometheus_volumes(out, options.mount), "roost-prometheus-data": {"bind": "/prometheus", "mode": "rw"}},
         labels={LABEL: "prometheus"}, restart_policy={"Name": "unless-stopped"})
     state.prometheus_container = PROMETHEUS_NAME
-    api = PrometheusAPI(state.prometheus_url, timeout_s=2.0)
-    deadline = time.monotonic() + timeout_s
-    while not api.ready():
-        prom.reload()
-        if prom.status in ("exited", "dead") or time.monotonic() > deadline:
-            tail = prom.logs(tail=5).decode(errors="replace").strip().splitlines()
-            raise PrometheusError(f"Prometheus did not become ready ({prom.status}): "
-                                  f"{tail[-1] if tail else 'no log'}")
-        time.sleep(0.5)
+    _wait_ready(prom, PrometheusAPI(state.prometheus_url, timeout_s=2.0).ready, "Prometheus", PrometheusError,
+                timeout_s)
     if options.grafana:
         _replace(client, GRAFANA_NAME)
         env = {"GF_SERVER_HTTP_PORT": str(options.grafana_port)}
@@ -170,13 +164,20 @@ def _run_alertmanager(client: Any, state: MonitorState, options: UpOptions, time
         labels={LABEL: "alertmanager"}, restart_policy={"Name": "unless-stopped"})
     state.alertmanager_container = ALERTMANAGER_NAME
     state.alertmanager_url = f"http://{state.alertmanager.replace('0.0.0.0', '127.0.0.1')}"
-    api = AlertmanagerAPI(state.alertmanager_url, timeout_s=2.0)
+    _wait_ready(am, AlertmanagerAPI(state.alertmanager_url, timeout_s=2.0).ready, "Alertmanager", AlertmanagerError,
+                timeout_s, stopped=("exited", "dead", "restarting"))  # restarting: it crashed
+
+
+def _wait_ready(container: Any, ready: Callable[[], bool], what: str, error: type[RoostError], timeout_s: float,
+                stopped: tuple[str, ...] = ("exited", "dead")) -> None:
+    """Until ``ready()``: ``error`` with the container's last log line once its status is one of
+    ``stopped`` or ``timeout_s`` has passed."""
     deadline = time.monotonic() + timeout_s
-    while not api.ready():
-        am.reload()
-        if am.status in ("exited", "dead", "restarting") or time.monotonic() > deadline:  # restarting: it crashed
-            tail = am.logs(tail=5).decode(errors="replace").strip().splitlines()
-            raise AlertmanagerError(f"Alertmanager did not become ready ({am.status}): {tail[-1] if tail else 'no log'}")
+    while not ready():
+        container.reload()
+        if container.status in stopped or time.monotonic() > deadline:
+            tail = container.logs(tail=5).decode(errors="replace").strip().splitlines()
+            raise error(f"{what} did not become ready ({container.status}): {tail[-1] if tail else 'no log'}")
         time.sleep(0.5)
 
 
