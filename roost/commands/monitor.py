@@ -185,14 +185,6 @@ def _state_for(out: Path | None, host: str | None, gateway: str, prometheus: str
     return state, slack
 
 
-def _write_secret(state: MonitorState, slack: SlackSettings) -> None:
-    """Render once with the Slack secret (the state's own options keep the file it writes)."""
-    from roost.monitor.render import render
-
-    if slack.secret is not None:
-        render(Path(state.out), dataclasses.replace(state.options(), slack=slack))
-
-
 def _alerts_line(receiver: object) -> str:
     return {"slack-webhook": "alerts go to Slack (incoming webhook)", "slack-bot": "alerts go to Slack (bot token)"}.get(
         str(receiver), "alerts go nowhere (no roost-slack block, or --no-slack)")
@@ -220,12 +212,11 @@ def render_cmd(
 
     state, slack = _state_for(out, host, gateway, prometheus, rule or [], scrape_interval, evaluation_interval,
                               alertmanager, route, no_slack)
-    _write_secret(state, slack)
     if no_sync:
-        result: dict[str, object] = render(Path(state.out), state.options()).to_json()
+        result: dict[str, object] = render(Path(state.out), state.options(slack.secret)).to_json()
     else:
         save_state(state)
-        synced = sync(state, force_reload=bool(state.prometheus_url))
+        synced = sync(state, force_reload=bool(state.prometheus_url), slack_secret=slack.secret)
         assert synced is not None
         result = synced.to_json()
     if as_json:
@@ -279,8 +270,7 @@ def up_cmd(
                                 alertmanager_image=alertmanager_image or containers.ALERTMANAGER_IMAGE,
                                 alertmanager=not no_alertmanager,
                                 mount=mount, prometheus_listen=listen, grafana_port=grafana_port)  # type: ignore[arg-type]
-    _write_secret(state, slack)
-    state = containers.up(client, state, opts)
+    state = containers.up(client, state, opts, slack_secret=slack.secret)
     doc = {"prometheus": state.prometheus_url, "prometheus_container": state.prometheus_container,
            "grafana": state.grafana_url, "grafana_container": state.grafana_container, "out": state.out,
            "mount": mount, "alertmanager": state.alertmanager_url,

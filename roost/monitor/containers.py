@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import SecretStr
+
 from roost.errors import RoostError, UserError
 from roost.monitor import scrape
 from roost.monitor.alertmanager import AlertmanagerAPI, AlertmanagerError
@@ -106,11 +108,13 @@ def prometheus_volumes(out: Path, mount: Mount) -> dict[str, dict[str, str]]:
     return {str(folder / name): {"bind": f"/etc/prometheus/{name}", "mode": "ro"} for name in names}
 
 
-def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 90.0) -> MonitorState:
-    """Render, (re)start the containers and wait for Prometheus; returns the state saved."""
+def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 90.0,
+       slack_secret: SecretStr | None = None) -> MonitorState:
+    """Render (writing ``slack_secret``, the Slack receiver's, when given), (re)start the containers and
+    wait for Prometheus; returns the state saved."""
     out = Path(state.out)
     state.prometheus_url = f"http://{options.prometheus_listen.replace('0.0.0.0', '127.0.0.1')}"
-    render(out, state.options())
+    render(out, state.options(slack_secret))
     _image(client, options.prometheus_image, "--prometheus-image")
     if options.alertmanager:
         _image(client, options.alertmanager_image, "--alertmanager-image")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from roost.errors import UserError
 from roost.monitor.alerting import Receiver, RouteSettings, SlackSettings
@@ -43,16 +43,18 @@ class MonitorState(BaseModel):
                                 "(ROOST_GATEWAY_METRICS_TOKEN where render/up ran); re-renders without the "
                                 "variable, as landings do, keep the token file written then.")
 
-    def options(self) -> RenderOptions:
+    def options(self, slack_secret: SecretStr | None = None) -> RenderOptions:
         """What to render; the gateway's metrics token is ``ROOST_GATEWAY_METRICS_TOKEN`` when set here; a
-        Slack receiver keeps the secret file written by the render that set it up."""
+        Slack receiver writes ``slack_secret`` (``roost monitor render``/``up``, from the roost-slack block)
+        or keeps the secret file written by the render that set it up (a landing's re-render)."""
         return RenderOptions(host=self.host, gateway=self.gateway,
                              prometheus_url=self.prometheus_url or "http://127.0.0.1:9090",
                              scrape=ScrapeSettings(self.scrape_interval, self.evaluation_interval),
                              rules=RuleSettings(**self.rules),  # type: ignore[arg-type]
                              gateway_token=gateway_token_from_env(), keep_gateway_token=self.gateway_token,
                              alertmanager=self.alertmanager,
-                             slack=SlackSettings(self.alert_receiver, self.slack_channel, self.slack_api_url),
+                             slack=SlackSettings(self.alert_receiver, self.slack_channel, self.slack_api_url,
+                                                 slack_secret),
                              route=RouteSettings(**self.route))  # type: ignore[arg-type]
 
     def alertmanager_api_url(self) -> str:

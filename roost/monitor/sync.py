@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import SecretStr
+
 from roost.monitor import scrape
 from roost.monitor.alertmanager import AlertmanagerAPI, AlertmanagerError
 from roost.monitor.containers import engine
@@ -89,12 +91,14 @@ def wait_loaded(api: PrometheusAPI, expected: list[str], timeout_s: float) -> li
         time.sleep(0.25)
 
 
-def sync(state: MonitorState | None = None, *, force_reload: bool = False, timeout_s: float = 60.0) -> SyncResult | None:
-    """Re-render and reload; None when no monitoring is set up here (nothing rendered yet)."""
+def sync(state: MonitorState | None = None, *, force_reload: bool = False, timeout_s: float = 60.0,
+         slack_secret: SecretStr | None = None) -> SyncResult | None:
+    """Re-render and reload; None when no monitoring is set up here (nothing rendered yet).
+    ``slack_secret``: the Slack receiver's webhook URL or bot token, written now (``MonitorState.options``)."""
     state = state or load_state()
     if state is None:
         return None
-    rendered = render(Path(state.out), state.options())
+    rendered = render(Path(state.out), state.options(slack_secret))
     alertmanager = reload_alertmanager(state, rendered)  # first: a Prometheus failing does not hold it back
     result = _sync_prometheus(state, rendered, force_reload, timeout_s)
     result.alertmanager_reload = alertmanager

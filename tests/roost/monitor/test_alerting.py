@@ -244,3 +244,25 @@ def test_a_real_alertmanager_posts_with_the_bot_token_from_its_file(tmp_path: Pa
         proc.stop()
         slack.close()
     assert TOKEN not in proc.log()
+
+
+def test_slack_set_up_by_a_sync_reaches_the_running_alertmanager(tmp_path: Path) -> None:
+    """``roost monitor render``/``up`` with a roost-slack block render once, with its secret: the files that
+    change are reported as changed, so a running Alertmanager is reloaded onto the Slack receiver."""
+    from roost.monitor.sync import sync
+
+    state = MonitorState(out=str(tmp_path / "files"))  # no Slack yet, no Prometheus
+    assert sync(state) is not None
+    proc = AlertmanagerProcess(tmp_path / "files" / "alertmanager" / "alertmanager.yml", tmp_path / "am-data")
+    try:
+        proc.start()
+        state.alertmanager_url, state.alert_receiver = proc.url, "slack-webhook"
+        result = sync(state, slack_secret=SecretStr(HOOK))
+        assert result is not None and result.alertmanager_reload == "reloaded"
+        assert {"alertmanager/alertmanager.yml", "alertmanager/slack-webhook-url"} <= set(result.rendered.changed)
+        loaded = httpx.get(f"{proc.url}/api/v2/status", timeout=10).json()["config"]["original"]
+        assert "api_url_file: slack-webhook-url" in loaded and HOOK_SECRET not in loaded
+        again = sync(state)  # a landing's re-render: the receiver and its file kept, nothing to reload
+        assert again is not None and again.alertmanager_reload == "unchanged"
+    finally:
+        proc.stop()
