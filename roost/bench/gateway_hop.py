@@ -12,6 +12,8 @@ difference below the run's own noise is not the gateway's: a hop is read beside 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -88,7 +90,7 @@ def summarize(hops: list[HopPoint]) -> HopSummary:
                       throughput_ratio_min=min(ratios, default=None))
 
 
-def counted_usage(requests: list[dict[str, object]]) -> Usage:
+def counted_usage(requests: Sequence[Mapping[str, Any]]) -> Usage:
     """What the benchmark itself sent and received through the gateway: every request it made (warm-up
     included) that the gateway answered, with the token counts its usage chunks reported."""
     n = prompt = completion = 0
@@ -97,6 +99,6 @@ def counted_usage(requests: list[dict[str, object]]) -> Usage:
         if status is None:  # never answered (connection refused, cut before the headers): not metered
             continue
         n += 1
-        prompt += int(r.get("prompt_tokens") or 0)  # type: ignore[call-overload]
-        completion += int(r.get("completion_tokens") or 0)  # type: ignore[call-overload]
+        prompt += int(r.get("prompt_tokens") or 0)
+        completion += int(r.get("completion_tokens") or 0)
     return Usage(requests=n, prompt_tokens=prompt, completion_tokens=completion)
