@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # test-only replicas: support.replicas
 
+from _git import archived_tree
 from _table import Row, add_json_argument, judged, write_rows
 from safetensors import safe_open
 from support.replicas import ornith_35b_a3b, write_replica
@@ -100,17 +101,6 @@ def against_baseline(baseline: Path, d: Path, repeat: int) -> Row:
                judged(ratio <= want), f"{BEFORE_S * ratio:.3f} s where it took {BEFORE_S} s")
 
 
-def archived_tree(commit: str, into: Path) -> Path:
-    """The ``roost`` package of ``commit`` from this repository's history, extracted under ``into``
-    (``git archive``: no checkout, no change to the repository)."""
-    here = Path(__file__).resolve().parents[1]
-    archive = subprocess.run(["git", "-C", str(here), "archive", "--format=tar", commit, "roost"],
-                             capture_output=True, check=False)
-    if archive.returncode != 0:
-        raise SystemExit(f"git archive {commit}: {archive.stderr.decode(errors='replace').strip()}")
-    into.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 def _shards(d: Path) -> list[Path]:

@@ -1,53 +1,115 @@
 """What roost's metering gateway costs a streamed chat completion, side by side with direct access
 to the same server and with LiteLLM's proxy in front of it.
 
-Targets (the gateway's issue): added time to first token p50 under 1 ms and p99 under 5 ms; at 64
-concurrent streams, aggregate output tokens/s through the gateway at least 98% of direct.
+Targets (the gateway's issue, its hop to the limit): added time to first token p50 under 0.5 ms and
+p99 under 2 ms, at 1 and at 16 streams; at 64 concurrent streams, aggregate output tokens/s through
+the gateway at least 98% of direct at a GPU server's pace (paced) and 95% CPU-bound.
 
-Measured here (2 vCPUs, a slow VM: ``sum(range(1000))`` takes 27 µs; ``--vllm``, 5 rounds, vLLM 3;
-~16 min; the gateway forwarding through ``VllmClient.relay``, usage committed on its own thread)::
+Measured here (2 vCPUs, a slow VM shared with other work, load average 1.9-3 at the start;
+synthetic server, 5 rounds, LiteLLM 1.108.7, ``--profile``; 360 s)::
 
     | backend | figure (median of rounds / pooled percentiles) | direct | roost gateway | gateway vs direct | LiteLLM proxy | LiteLLM vs direct | target |
     |---|---|---|---|---|---|---|---|
-    | synthetic | TTFT p50 ms, concurrency 1 (n=150) | 21.31 | 22.86 | +1.55 | 49.25 | +27.94 | added < 1 ms |
-    | synthetic | TTFT p99 ms, concurrency 1 (n=150) | 22.16 | 25.59 | +3.43 | 62.85 | +40.69 | added < 5 ms |
-    | synthetic | request leg: client send -> backend read, p50 ms, concurrency 1 (server's clock) | 0.35 | 1.25 | +0.90 | 19.23 | +18.88 | |
-    | synthetic | in the backend: request read -> first token written, p50 ms, concurrency 1 (server's clock) | 20.61 | 20.81 | +0.21 | 20.64 | +0.03 | |
-    | synthetic | first-token leg: backend write -> client read, p50 ms, concurrency 1 (server's clock) | 0.34 | 0.69 | +0.34 | 9.18 | +8.84 | |
-    | synthetic | gateway's own added-latency histogram, concurrency 1: p50 / p99 ms (n=150) | - | 0.88 / 1.88 | - | - | - | |
-    | synthetic | TTFT p50 ms, concurrency 16 (n=160) | 21.41 | 22.85 | +1.43 | 406.82 | +385.40 | added < 1 ms |
-    | synthetic | TTFT p99 ms, concurrency 16 (n=160) | 23.65 | 25.31 | +1.66 | 1363.83 | +1340.18 | added < 5 ms |
-    | synthetic | gateway's own added-latency histogram, concurrency 16: p50 / p99 ms (n=160) | - | 0.76 / 2.20 | - | - | - | |
-    | synthetic | output tok/s, 64 streams, paced 50 tok/s per stream | 3125 | 3078 | 98.5% | 561 | 17.9% | >= 98% |
-    | synthetic | proxy CPU µs per token, 64 streams, paced 50 tok/s per stream | - | 122 | - | 1766 | - | |
-    | synthetic | output tok/s, 64 streams, 1000 tok/s per stream (CPU-bound) | 14248 | 13096 | 85.2% | 404 | 2.8% |  |
-    | synthetic | proxy CPU µs per token, 64 streams, 1000 tok/s per stream (CPU-bound) | - | 60 | - | 2439 | - | |
-    | vLLM CPU tiny | TTFT p50 ms, concurrency 1 (n=45) | 121.24 | 130.95 | +9.71 | 155.53 | +34.29 | added < 1 ms |
-    | vLLM CPU tiny | TTFT p99 ms, concurrency 1 (n=45) | 145.28 | 163.42 | +18.14 | 192.64 | +47.36 | added < 5 ms |
-    | vLLM CPU tiny | gateway's own added-latency histogram, concurrency 1: p50 / p99 ms (n=45) | - | 0.97 / 18.25 | - | - | - | |
-    | vLLM CPU tiny | TTFT p50 ms, concurrency 16 (n=48) | 792.74 | 930.74 | +138.00 | 844.94 | +52.20 | added < 1 ms |
-    | vLLM CPU tiny | TTFT p99 ms, concurrency 16 (n=48) | 1470.75 | 1497.69 | +26.94 | 2445.88 | +975.14 | added < 5 ms |
-    | vLLM CPU tiny | gateway's own added-latency histogram, concurrency 16: p50 / p99 ms (n=48) | - | 1.17 / 17.80 | - | - | - | |
-    | vLLM CPU tiny | output tok/s, 64 streams, vLLM's pace | 215 | 209 | 95.5% | 156 | 73.2% | >= 98% |
-    | vLLM CPU tiny | proxy CPU µs per token, 64 streams, vLLM's pace | - | 220 | - | 2676 | - | |
+    | synthetic | TTFT p50 ms, concurrency 1 (n=150) | 20.70 | 21.46 | +0.75 | 43.00 | +22.30 | added < 0.5 ms |
+    | synthetic | TTFT p99 ms, concurrency 1 (n=150) | 21.59 | 25.14 | +3.55 | 60.74 | +39.14 | added < 2 ms |
+    | synthetic | request leg: client send -> backend read, p50 ms, concurrency 1 (server's clock) | 0.18 | 0.56 | +0.38 | 17.05 | +16.88 | |
+    | synthetic | in the backend: request read -> first token written, p50 ms, concurrency 1 (server's clock) | 20.33 | 20.41 | +0.08 | 20.40 | +0.07 | |
+    | synthetic | first-token leg: backend write -> client read, p50 ms, concurrency 1 (server's clock) | 0.15 | 0.39 | +0.24 | 5.30 | +5.16 | |
+    | synthetic | gateway's own added-latency histogram, concurrency 1: p50 / p99 ms (n=150) | - | 0.39 / 0.94 | - | - | - | |
+    | synthetic | TTFT p50 ms, concurrency 16 (n=160) | 20.99 | 21.78 | +0.79 | 101.20 | +80.22 | added < 0.5 ms |
+    | synthetic | TTFT p99 ms, concurrency 16 (n=160) | 23.08 | 24.29 | +1.21 | 288.12 | +265.03 | added < 2 ms |
+    | synthetic | gateway's own added-latency histogram, concurrency 16: p50 / p99 ms (n=160) | - | 0.26 / 1.60 | - | - | - | |
+    | synthetic | output tok/s, 64 streams, paced 50 tok/s per stream | 3136 | 3102 | 99.0% | 849 | 27.0% | >= 98% |
+    | synthetic | proxy CPU µs per token, 64 streams, paced 50 tok/s per stream | - | 53 | - | 1138 | - | |
+    | synthetic | output tok/s, 64 streams, 1000 tok/s per stream (CPU-bound) | 25470 | 23275 | 89.5% | 731 | 2.9% | >= 95% |
+    | synthetic | proxy CPU µs per token, 64 streams, 1000 tok/s per stream (CPU-bound) | - | 26 | - | 1355 | - | |
 
-Targets: added TTFT p99 under 5 ms: met (+3.4 ms at 1 stream, +1.7 ms at 16); 64 paced streams at
-98.5% of direct (>= 98%): met. Added TTFT p50 under 1 ms: **not met**, +1.4 to +1.6 ms: on the
-server's clock the request leg (client send -> backend read) is +0.9 ms and the first-token leg
-+0.34 ms; the gateway's own histogram (its first byte received -> request written, and first byte
-from the backend -> written to the client) is 0.76-0.88 ms p50: the rest is uvicorn's parsing and
-the extra loopback hop on this VM, where one pass of the event loop costs tens of µs. On vLLM CPU the
-TTFT figures move by more than the targets between rounds (vLLM's own TTFT spread is 100s of ms at
-16 streams) and are reported, not judged; its 64-stream throughput (95.5%) is the gateway and the
-per-request ``/tokenize`` taking CPU from a vLLM that has both cores busy (on a Spark the gateway
-has idle Grace cores; ``--tokenize-after S`` leaves the prompt count to vLLM's own usage on every
-chunk and calls ``/tokenize`` only when that is late). LiteLLM: +28 ms TTFT p50, 18% of direct
-throughput at 64 paced streams, 14x the gateway's CPU per token.
+(This run's first two rounds at concurrency 1 overlapped a 256-stream load test on the same machine:
+its per-round p50s are steady, 21.32-21.54 ms, but its p99 is not clean. The run before it, whose
+only difference was the ``/tokenize`` sent a loop pass after the request rather than right behind it,
+measured added TTFT p50 +1.31 / +0.77 ms and p99 +1.52 / +1.64 ms at 1 / 16 streams, the backend's
+leg +0.40 ms, 64 streams 99.4% paced and 90.2% CPU-bound.)
 
-Before (the first version: httpx upstream, a task per chunk send, SQLAlchemy commits on the event
-loop), measured the same way: added TTFT p50 +5.9 ms, p99 +11.0 ms, 77% of direct at 64 paced
-streams, 355 µs of gateway CPU per token (py-spy: ~45% in httpcore's connection pool, which walks
-every pooled connection per request and release, encode/httpcore#1035). Now 122 µs per token.
+Targets: added TTFT p99 under 2 ms: **not met** (+3.55 ms at 1 stream, +1.21 at 16); 64 paced
+streams at 99.0% of direct (>= 98%): met. Added TTFT p50 under 0.5 ms: **not met**
+(+0.75 ms at 1 stream, +0.79 at 16); 64 CPU-bound streams at 89.5% of direct (>= 95%): **not met**.
+LiteLLM: +22.30 ms TTFT p50 at 1 stream, 27.0% of direct at 64 paced streams, 1138 µs of CPU per
+token (the gateway: 53).
+
+Where the remaining time goes. On the server's clock (concurrency 1, p50 over direct): the request
+leg +0.38 ms, the backend +0.08 ms, the first-token leg +0.24 ms; the gateway's own histogram (its
+first byte of the request -> written upstream, plus the upstream's first byte -> written to the
+client) 0.39 / 0.94 ms (16 streams: 0.26 / 1.60). Each leg crosses one more loopback hop than direct access
+(a wake-up of another process on another vCPU: on this VM about what direct's whole leg costs,
+0.15-0.2 ms), so about 0.35 ms of the added p50 is the hop itself, whatever the proxy. The
+gateway's share, from ``time.perf_counter`` stamps put in the hot path while developing it (p50 of a
+request at concurrency 1, caches cold after 20 ms idle: the same code takes 5-10x its warm
+microbenchmark time here): httptools and uvicorn's head callbacks ~50 µs, then the door
+(``Proxy.admit_now``: the cached key, ``orjson.loads``, the plain reading of the body, the route, the
+request's bytes) ~60-120 µs, then the upstream write (a ``send`` on loopback, which also wakes the
+backend) 25-55 µs; on the way back, the upstream connection's parser, the meter and the client write
+in one callback. The backend's +0.08 ms (+0.40 in the run before) is the synthetic server's own
+clock: it sleeps to the first
+token on asyncio's timer, which ``epoll`` rounds up to the next millisecond whenever its loop is
+woken during the wait (+0.5 ms when the gateway's ``/tokenize`` arrived a loop pass after the request,
++0.03 ms with no ``/tokenize`` at all, ``--tokenize-after 60``): the gateway now writes the
+``/tokenize`` right behind the request, so that the server reads both at once. CPU-bound, the
+gateway spends 26 µs of CPU per token (two system calls per token, a read and a write, are most
+of it); the streams' end is paced by how fast it drains 64 streams' tokens arriving in the same
+millisecond, and by the 64 requests' own work at the start. ``--profile`` samples the gateway with
+py-spy after the measured rounds (its busy samples: the usage writer's SQLite commit is a thread of
+its own, its I/O outside the GIL)::
+
+    py-spy on the gateway, sequential requests (concurrency 1):
+      busy samples by area: roost gateway 70%, uvicorn 8%, upstream connection (roost.vllm) 8%, asyncio 6%, other 6%, usage writer (sqlite3) 1%, prometheus_client 1%
+       29.1%  UsageWriter._sqlite_insert (roost/gateway/db.py)
+        6.6%  Proxy.admit_now (roost/gateway/admission.py)
+        4.6%  StreamMeter._event (roost/gateway/metering.py)
+        4.1%  LimitedHttpToolsProtocol._feed (roost/gateway/connections.py)
+        3.6%  ClientStream.write (roost/gateway/connections.py)
+        3.1%  RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py)
+        2.6%  Relay._notify (roost/vllm/relay.py)
+        1.5%  HttpToolsProtocol.on_headers_complete (uvicorn/protocols/http/httptools_impl.py)
+        1.5%  Connection._feed (roost/vllm/timed_net.py)
+        1.5%  Timeout.reschedule (asyncio/timeouts.py)
+        1.5%  digest (roost/gateway/keys.py)
+        1.0%  Forward._metered (roost/gateway/forward.py)
+    py-spy on the gateway, 64 streams, 1000 tok/s per stream (CPU-bound):
+      busy samples by area: roost gateway 57%, upstream connection (roost.vllm) 11%, asyncio 11%, uvicorn 9%, other 8%, prometheus_client 2%, usage writer (sqlite3) 2%
+       17.7%  UsageWriter._sqlite_insert (roost/gateway/db.py)
+        5.2%  RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py)
+        4.7%  ClientStream.write (roost/gateway/connections.py)
+        3.6%  StreamMeter._event (roost/gateway/metering.py)
+        2.6%  Connection._feed (roost/vllm/timed_net.py)
+        2.6%  Proxy.admit_now (roost/gateway/admission.py)
+        2.6%  LimitedHttpToolsProtocol.on_message_complete (roost/gateway/connections.py)
+        2.1%  SecretForms.search (roost/gateway/metering.py)
+        2.1%  StreamMeter.feed (roost/gateway/metering.py)
+        2.1%  Forward._pump (roost/gateway/forward.py)
+        2.1%  GatewayDB.active_keys (roost/gateway/db.py)
+        2.1%  LimitedHttpToolsProtocol._arm_head_timer (roost/gateway/connections.py)
+
+Before (this change: the gateway as of the previous commit, measured the same day with ``--rounds 3``,
+LiteLLM included, load average 1.3-3.7): added TTFT p50 +1.22 ms at 1 stream and +0.72 at 16, p99
++2.64 and +2.66; request leg +0.75 ms, first-token leg +0.26, the backend +0.09; the gateway's own
+histogram 0.61 / 1.35 ms p50 / p99 (16 streams: 0.49 / 1.40); 64 paced streams 98.9% (48 µs of CPU
+per token), CPU-bound 78.3% (19 µs). What changed: the request is admitted and written upstream by
+the HTTP protocol's callback that completed it, before uvicorn builds its request cycle and task
+(``roost.gateway.app.Gateway.early``: a cached key without SHA-256, a plain body read without pydantic,
+request ids cut from a block of ``os.urandom``, the route without a poll, the write on an idle
+kept-alive upstream connection); a stream's blocks go from the upstream connection's callback
+straight to the client's transport while it takes them (``roost.gateway.direct``: no task wake-up, no
+ASGI ``send`` per block); the secret check per block is a substring search per form, not a regular
+expression (2.8 µs -> 0.9 µs a block, the upstream key's four forms); completion counters move every 16 tokens; upstream connections
+are kept 20 s (a burst after a pause no longer opens 64 connections first); ``/tokenize`` is written
+right behind its request. The first version (httpx upstream, a task per chunk send, SQLAlchemy commits
+on the event loop): added TTFT p50 +5.9 ms, p99 +11.0 ms, 77% of direct at 64 paced streams, 355 µs
+of gateway CPU per token (py-spy: ~45% in httpcore's connection pool, encode/httpcore#1035).
+
+vLLM CPU (``--vllm``, not measured again for this change; before it, 3 rounds): added TTFT p50 +9.7 ms
+at 1 stream, 64 streams at vLLM's pace 95.5% of direct (the gateway and the per-request ``/tokenize``
+take CPU from a vLLM that has both cores busy; ``--tokenize-after S`` leaves the prompt count to vLLM's
+own usage on every chunk).
 
 Paths, each its own process, each fed the same load by this process's client (roost's own
 ``VllmClient.stream_chat``: bytes stamped on arrival, one keep-alive connection per stream):
@@ -82,7 +144,7 @@ the machine hits every path alike; TTFTs are pooled over the rounds):
   100 tokens; each stream sends :data:`SUSTAINED` requests back to back, the steady state of 64
   concurrent users, so that the burst of 64 requests arriving in the same millisecond and the last
   usage commit are not most of the window) and at 1000 tok/s per stream (50 tokens, one request each;
-  the pipeline CPU-bound: a capacity figure, not the target).
+  the pipeline CPU-bound: a capacity figure, judged at 95%).
 
 The machine has 2 CPUs: by default this client and the synthetic server run on CPU 0 and the proxies
 on CPU 1 (a proxy with a core of its own, as beside a GPU server); with vLLM, the client and the
@@ -317,6 +379,15 @@ class Path_:
     metrics_url: str | None = None
 
 
+TTFT_TARGETS = ((0.5, 0.5e-3), (0.99, 2e-3))
+"""(percentile, added TTFT under which it is met): p50 under 0.5 ms, p99 under 2 ms."""
+
+
+def tok_s_goal(label: str) -> float:
+    """The share of direct access's output tok/s a 64-stream row must reach: 95% CPU-bound, else 98%."""
+    return 0.95 if "CPU-bound" in label else 0.98
+
+
 GATEWAY_ARGS: list[str] = []
 """Extra ``roost gateway serve`` arguments (``--gateway-arg``), e.g. ``--tokenize-after=0.05``."""
 
@@ -348,6 +419,7 @@ class Results:
     idle_cpu: dict[str, float] = field(default_factory=dict)  # proxy -> CPU share while idle
     stagger_s: float = 0.0
     short: list[str] = field(default_factory=list)  # requests that ended with fewer tokens than asked
+    profile: list[str] = field(default_factory=list)  # --profile: py-spy's summary
 
 
 def payload(model: str, tokens: int) -> dict[str, Any]:
@@ -514,6 +586,75 @@ async def measure(paths: list[Path_], plan: Plan, rounds: int, ctl: str | None, 
     return res
 
 
+# --- profile ---------------------------------------------------------------------------------------
+
+PROFILED = {"roost/gateway/": "roost gateway", "roost/vllm/": "upstream connection (roost.vllm)",
+            "uvicorn/": "uvicorn", "starlette/": "starlette", "asyncio/": "asyncio", "prometheus_client/": "prometheus_client",
+            "sqlite3/": "usage writer (sqlite3)", "concurrent/": "usage writer (sqlite3)", "threading.py": "usage writer (sqlite3)"}
+"""Where a sample's innermost frame is, by path: the area it is counted in (else "other")."""
+IDLE_LEAVES = ("Runner.run (asyncio/runners.py", "run (uvloop/__init__.py", "_worker (concurrent/futures/thread.py",
+               "_connection_worker_thread (aiosqlite/core.py")
+"""Innermost frames of a thread waiting (the event loop in epoll, idle worker threads): not counted."""
+
+
+def find_py_spy(arg: str | None) -> Path | None:
+    """``--profile``'s py-spy: the path given, else ``py-spy`` on PATH or in /tmp/pyspy-venv."""
+    for c in ([arg] if arg and arg != "auto" else [shutil.which("py-spy"), "/tmp/pyspy-venv/bin/py-spy"]):
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return Path(c)
+    if arg:
+        raise SystemExit(f"--profile: no py-spy at {arg} (pip install py-spy into any venv)")
+    return None
+
+
+def summarize_profile(raw_text: str, top: int = 12) -> list[str]:
+    """py-spy's raw stacks -> the share of busy samples per area and the functions with the most own samples."""
+    areas: dict[str, int] = {}
+    own: dict[str, int] = {}
+    busy = 0
+    for line in raw_text.splitlines():
+        stack, _, n_s = line.rpartition(" ")
+        if not stack or not n_s.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        if leaf.startswith(IDLE_LEAVES):
+            continue
+        n = int(n_s)
+        busy += n
+        where = leaf.partition(" (")[2]
+        area = next((a for k, a in PROFILED.items() if k in where), "other")
+        areas[area] = areas.get(area, 0) + n
+        fn = f"{leaf.partition(' (')[0]} ({where.rpartition(':')[0].split('site-packages/')[-1].split('/work/main/')[-1]})"
+        own[fn] = own.get(fn, 0) + n
+    if not busy:
+        return ["  (no busy samples)"]
+    out = ["  busy samples by area: " + ", ".join(f"{a} {100 * n / busy:.0f}%"
+                                                 for a, n in sorted(areas.items(), key=lambda kv: -kv[1]))]
+    out += [f"  {100 * n / busy:5.1f}%  {fn}" for fn, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]]
+    return out
+
+
+async def profile_gateway(py_spy: Path, gw: Path_, plan: Plan, ctl: str | None, work: Path) -> list[str]:
+    """py-spy (sampling, not stopping the process) on the gateway: sequential requests, then 64 CPU-bound
+    streams; after the measured rounds (a sampled process is slower: nothing measured above is)."""
+    assert gw.proc is not None
+    out: list[str] = []
+    for what, conc, per_user, tokens, rate in (("sequential requests (concurrency 1)", 1, 60, plan.ttft_tokens, 200.0),
+                                               ("64 streams, 1000 tok/s per stream (CPU-bound)", 64, 1, 50, 1000.0)):
+        await control(ctl, tokens_per_s=rate, ttft_s=0.02 if conc == 1 else 0.05)
+        dump = work / f"py-spy-{conc}.txt"
+        spy = subprocess.Popen([str(py_spy), "record", "--nonblocking", "-r", "1000", "-f", "raw", "-o", str(dump),
+                                "-p", str(gw.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await asyncio.sleep(1.5)  # attached
+        for _ in range(1 if conc == 1 else 4):
+            await step(gw.client, plan.model, conc, per_user, tokens)
+        spy.send_signal(2)
+        await asyncio.to_thread(spy.wait, 60)
+        out.append(f"py-spy on the gateway, {what}:")
+        out += summarize_profile(dump.read_text(errors="replace") if dump.is_file() else "")
+    return out
+
+
 # --- the table -----------------------------------------------------------------------------------
 
 
@@ -532,7 +673,7 @@ def table(label: str, res: Results, have: list[str], *, judge_ttft: bool = True)
 
     for conc in (1, 16):
         d = res.ttft[("direct", conc)]
-        for q, target in ((0.5, 1e-3), (0.99, 5e-3)):
+        for q, target in TTFT_TARGETS:
             base = pct(d, q)
             cells = []
             for p in cols:
@@ -576,10 +717,10 @@ def table(label: str, res: Results, have: list[str], *, judge_ttft: bool = True)
             vt = res.tok_s[(p, t)]
             ratio = statistics.median(x / y for x, y in zip(vt, dt, strict=True))
             cells += [f"{statistics.median(vt):.0f}", f"{100 * ratio:.1f}%"]
-            if p == "gateway" and "CPU-bound" not in t:
+            if p == "gateway":
                 verdicts.append(f"{label}: 64 streams {t}: gateway at {100 * ratio:.1f}% of direct tok/s "
-                                f"(target >= 98%): {'met' if ratio >= 0.98 else 'MISSED'}")
-        goal = "" if "CPU-bound" in t else ">= 98%"
+                                f"(target >= {100 * tok_s_goal(t):g}%): {'met' if ratio >= tok_s_goal(t) else 'MISSED'}")
+        goal = f">= {100 * tok_s_goal(t):g}%"
         rows.append(f"| {label} | output tok/s, 64 streams, {t} | {statistics.median(dt):.0f} | " + " | ".join(cells)
                     + f" | {goal} |")
         cpu = [cell(p, f"{statistics.median(res.cpu_us_tok[(p, t)]):.0f}") if p in have else "not installed"
@@ -593,7 +734,7 @@ def figures(label: str, res: Results, have: list[str], *, judge_ttft: bool = Tru
     out: list[Row] = []
     for conc in (1, 16):
         d = res.ttft[("direct", conc)]
-        for q, target in ((0.5, 1e-3), (0.99, 5e-3)):
+        for q, target in TTFT_TARGETS:
             base, v = pct(d, q), pct(res.ttft[("gateway", conc)], q)
             added = v - base
             out.append(Row(f"TTFT p{round(q * 100)}, concurrency {conc}, through the gateway ({label}, n={len(d)})", "ms",
@@ -608,10 +749,10 @@ def figures(label: str, res: Results, have: list[str], *, judge_ttft: bool = Tru
     for t in dict.fromkeys(t for _, t in res.tok_s):
         dt, vt = res.tok_s[("direct", t)], res.tok_s[("gateway", t)]
         ratio = statistics.median(x / y for x, y in zip(vt, dt, strict=True))
-        goal = "CPU-bound" not in t
+        goal = tok_s_goal(t)
         out.append(Row(f"output tok/s, 64 streams, {t}, through the gateway ({label})", "tok/s",
-                       statistics.median(vt), statistics.median(dt), "direct", ">= 98% of direct" if goal else "",
-                       judged(ratio >= 0.98) if goal else "not judged", ratio=ratio))
+                       statistics.median(vt), statistics.median(dt), "direct", f">= {100 * goal:g}% of direct",
+                       judged(ratio >= goal), ratio=ratio))
         if "litellm" in have:
             out.append(Row(f"proxy CPU per token, 64 streams, {t} ({label}): the gateway vs LiteLLM's proxy", "µs",
                            statistics.median(res.cpu_us_tok[("gateway", t)]),
@@ -638,6 +779,7 @@ def raw(label: str, res: Results) -> list[str]:
                + ", ".join(f"{p} {100 * c:.1f}%" for p, c in res.idle_cpu.items()))
     if res.short:
         out.append(f"  requests with fewer tokens than asked: {len(res.short)} (e.g. {res.short[:3]})")
+    out += res.profile
     return out
 
 
@@ -658,7 +800,7 @@ def pinned_self(cpus: set[int] | None) -> Iterator[None]:
 async def run_backend(label: str, backend: str, upstream_key: str, plan: Plan, litellm: Path | None, work: Path,
                       rounds: int, proxy_cpus: set[int] | None, control: str | None,
                       placement: Callable[[list[int]], contextlib.AbstractContextManager[Any]] | None = None,
-                      ) -> tuple[Results, list[str]]:
+                      py_spy: Path | None = None) -> tuple[Results, list[str]]:
     procs: list[Proc] = []
     clients: list[VllmClient] = []
     try:
@@ -677,6 +819,11 @@ async def run_backend(label: str, backend: str, upstream_key: str, plan: Plan, l
                 cpus = stack.enter_context(placement([0, *(p.pid for p in procs)]))
                 print(f"{label}: client and proxies pinned to CPUs {sorted(cpus) if cpus else 'none'}", file=sys.stderr)
             res = await measure(paths, plan, rounds, control, label)
+            if py_spy is not None:
+                for other in paths:
+                    if other.name == "litellm" and other.proc is not None:
+                        os.kill(other.proc.pid, 19)  # SIGSTOP: the gateway alone
+                res.profile = await profile_gateway(py_spy, paths[1], plan, control, work)
         return res, [p.name for p in paths]
     finally:
         for c in clients:
@@ -719,6 +866,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--litellm", help="LiteLLM's venv, its python or its `litellm` launcher (default: "
                     f"{LITELLM_VENV} if present; `none`: leave LiteLLM out)")
     ap.add_argument("--free", action="store_true", help="no CPU pinning")
+    ap.add_argument("--profile", nargs="?", const="auto", help="after the measured rounds, sample the gateway with "
+                    "py-spy (this path, else on PATH or /tmp/pyspy-venv) and print where its time goes")
     ap.add_argument("--vllm-url", help="with --vllm: a vLLM serving the demo model (key: VLLM_API_KEY) instead of "
                     "starting one")
     add_json_argument(ap)
@@ -733,6 +882,9 @@ def main(argv: list[str] | None = None) -> None:
     rounds = args.rounds or (2 if args.quick else 5)
     vrounds = args.rounds or (2 if args.quick else 3)  # vLLM CPU is slow: fewer rounds
     litellm = find_litellm(args.litellm)
+    py_spy = find_py_spy(args.profile) if args.profile else None
+    if args.profile and py_spy is None:
+        raise SystemExit("--profile: py-spy not found (uv pip install --python /tmp/pyspy-venv/bin/python py-spy)")
     ncpu = len(os.sched_getaffinity(0))
     pin = not args.free and ncpu >= 2
     client_cpus = set(sorted(os.sched_getaffinity(0))[:-1]) if pin else None
@@ -752,7 +904,7 @@ def main(argv: list[str] | None = None) -> None:
         syn, syn_url = start_synthetic(work, key, client_cpus)
         try:
             res, have = asyncio.run(run_backend("synthetic", syn_url, key, syn_plan, litellm, work, rounds, proxy_cpus,
-                                                syn_url))
+                                                syn_url, py_spy=py_spy))
         finally:
             syn.stop()
     rows, v = table("synthetic", res, have)

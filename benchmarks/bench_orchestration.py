@@ -28,8 +28,57 @@ parameters, block loads), and the engine's share of the rest (Running -> Complet
 record's stage timings and the flow glue measured in-process). Target (issue 17): pickup + start +
 setup + engine under 5 s.
 
+``--worker-settings ...,warm-fork`` measures the same run through the warm fork server (``scripts/warm_fork.py``,
+"after"'s worker settings): the pool's job command is its client for that run, as ``roost setup --warm-fork`` sets it.
+
     .venv/bin/python benchmarks/bench_orchestration.py [--runs 2] [--profile local] [--via-deployment]
-        [--worker-settings before,after] [--json OUT]
+        [--worker-settings before,after[,warm-fork]] [--json OUT]
+
+Where a deployment run's start goes (issue 38, 2026-12-06, 2 cores, other jobs running: load 3-7). The
+issue's 8.8 s (pickup 0.3 + process start 6.0 + setup 2.6) was already down to pickup 2.4 + start 2.4 +
+setup 0.1 s here (one run each; the job command is ``python -m prefect.engine`` since ``roost setup`` sets
+it, no workspace supervisor). The flow-run process, timed phase by phase from exec to the first task
+(the engine's own steps wrapped with timers, 5 runs, median; before -> after the cut below):
+
+    Python start (exec -> first line)                 0.01
+    import prefect                                    0.78 -> 0.97 (load)  Prefect's; every new process
+    import prefect.engine + prefect.flow_engine       0.17 -> 0.20
+    load_flow_run (client + GET)                      0.04
+    read_deployment                                   0.02 -> 0.05
+    pull step (set_working_directory)                 0.12 -> 0.11          Prefect's run_steps; one chdir
+    import flows/land.py (roost + pyarrow, numpy)     1.05 -> 0.57          the cut
+    run_flow -> Running (parameters validated)        0.11 -> 0.13
+    Running -> first task (flow setup)                0.09 -> 0.11          3 block reads 0.06-0.08 s
+    total exec -> first task                          2.66 -> 2.36
+
+The cut: the flow modules imported the gateway's and the monitoring sync's modules at import (SQLAlchemy
+for the gateway's database, Docker's SDK with requests and chardet: ~0.5 s) for stages only a landing that
+keeps its server (or retires one) runs; they now import them there. The block reads (profile, host,
+Secret) are 20-40 ms each: running them in parallel would save ~0.05 s, not worth a thread.
+
+Warm fork server (measured on its prototype, now ``scripts/warm_fork.py``; land/cpu through a real worker polling every 1 s, each run cancelled
+from the API once its first task ran; median of 4, stock job command vs the client):
+
+    pickup + start + setup, stock (after the cut)     0.99 + 3.08 + 0.18 = 3.57 s  (start 2.26-3.39)
+    warm fork, server imports Prefect only            0.26 + 1.24 + 0.21 = 2.33 s
+    warm fork, server imports Prefect + flows.land    0.69 + 0.64 + 0.19 = 1.44 s  (start 0.58-0.67)
+
+and whole runs to Completed (``--runs 1 --worker-settings after,warm-fork``, one run each): pickup + start
++ setup 0.82 + 2.54 + 0.24 = 3.60 s stock, 0.39 + 0.91 + 0.29 = 1.59 s warm fork (Prefect's part with the
+engine's share of the rest: 7.26 and 3.99 s, that share 3.7 and 2.4 s: noise between single runs).
+
+Isolation and supervision held in the prototype: every cancelled run ended Cancelled (6.3-9.9 s after
+Cancelling, as stock: 6.3-7.5 s); SIGKILL of the forked engine -> the worker reported Crashed (exit -9),
+SIGKILL of the client -> the server killed the child's process group, Crashed (-9), nothing left
+running; the runs after both crashes forked warm; a full land/cpu run Completed with roost's loggers in
+the run's logs (the job's PREFECT_LOGGING_EXTRA_LOGGERS applied). Built from it, opt-in (the default job
+command stays ``python -m prefect.engine``): ``roost setup --warm-fork`` makes the pool's job command the
+client, ``scripts/install-worker --warm-fork`` runs the server as ``roost-warm@HOST`` beside the worker;
+the server answers "stale" (the run goes cold, the server exits and its unit restarts it) once a module
+file it loaded from the checkout or Prefect's package changed; roost's modules read no environment at
+import; a host without a server runs the stock command (tests/deployments/test_warm_fork.py). The 2 s it
+saves per run are ~3 % of a warm demo landing and well under 1 % of a Spark landing (minutes of
+download, build and cold load): hence opt-in.
 
 Needs the vLLM venv (scripts/bootstrap); everything else (ROOST_HOME, results, PREFECT_HOME) goes
 to a scratch directory, so the first run is cold and the next ones warm. ~2-4 min per run on 2 cores.
@@ -38,6 +87,7 @@ to a scratch directory, so the first run is cold and the next ones warm. ~2-4 mi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import inspect
 import os
@@ -248,7 +298,49 @@ WORKER_SETTINGS: dict[str, dict[str, str]] = {
     "before": {"PREFECT_WORKER_QUERY_SECONDS": "10", "PREFECT_WORKER_PREFETCH_SECONDS": "10"},
     # what the README's worker command sets: a run is picked up within ~1 s of its creation
     "after": {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "5"},
+    # "after", the pool's job command the warm fork server's client (scripts/warm_fork.py, roost setup --warm-fork)
+    "warm-fork": {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "5"},
 }
+WARM_FORK_PREIMPORT = ["flows.land"]
+"""What the server imports besides Prefect (its default: roost's land flow and everything it imports)."""
+
+
+@contextmanager
+def warm_fork(tmp: Path, env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The warm fork server running (in the worker's environment and cwd) and the pool's job command its
+    client (``roost setup --warm-fork``'s) for the duration; yields the worker's environment (the server's socket)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolUpdate
+
+    from deployments.setup import engine_command
+
+    sock = str(tmp / "warm-fork.sock")
+    env = dict(os.environ, **env, ROOST_WARM_FORK_SOCKET=sock)
+    script = str(REPO / "scripts" / "warm_fork.py")
+
+    def set_command(command: str) -> None:
+        with get_client(sync_client=True) as client:
+            template = client.read_work_pool("roost-spark").base_job_template
+            template["variables"]["properties"]["command"]["default"] = command
+            client.update_work_pool("roost-spark", WorkPoolUpdate(base_job_template=template))
+
+    server = subprocess.Popen([sys.executable, script, "serve", *WARM_FORK_PREIMPORT], cwd=REPO, env=env,
+                              stdout=(tmp / "warm-fork.log").open("wb"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(sock):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"warm fork server did not start; see {tmp / 'warm-fork.log'}")
+            time.sleep(0.2)
+        set_command(engine_command(warm_fork=True))
+        yield env
+    finally:
+        set_command(engine_command())
+        os.killpg(server.pid, 15)
+        server.wait(timeout=60)
+
+
 BREAKDOWN = [
     ("pickup", "created -> Pending (worker poll)"),
     ("start", "Pending -> Running (process start, flow import)"),
@@ -260,29 +352,40 @@ BREAKDOWN = [
 ]
 
 
-def deployment_run(profile: str, tmp: Path, flow_glue: float, label: str, env: dict[str, str]) -> dict[str, float]:
-    """One warm ``land/cpu`` run through a worker started with ``env``; its breakdown in seconds."""
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=60)
+
+
+def _trigger(profile: str) -> tuple[Any, Any, Any]:
+    """One ``land/cpu`` run through the worker that just started: the run, its states, its task runs."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.deployments import run_deployment
 
+    time.sleep(15)  # the worker's first poll has run: the pickup wait below is the steady-state one
+    fr: Any = run_deployment("land/cpu", parameters={"profile": profile, "notify": False}, timeout=3600,
+                             poll_interval=1)
+    with get_client(sync_client=True) as client:
+        history = client.read_flow_run_states(fr.id)
+        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fr.id])))
+    return fr, history, task_runs
+
+
+def deployment_run(profile: str, tmp: Path, flow_glue: float, label: str, env: dict[str, str]) -> dict[str, float]:
+    """One warm ``land/cpu`` run through a worker started with ``env`` (and the warm fork server for
+    ``warm-fork``); its breakdown in seconds."""
     from roost.store import load_records
 
     bindir = Path(sys.executable).parent
     log = (tmp / f"worker-{label}.log").open("wb")
-    worker = subprocess.Popen([str(bindir / "prefect"), "worker", "start", "--pool", "roost-spark", "--work-queue", "cpu",
-                               "--name", f"bench-worker-{label}"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                              env=dict(os.environ, **env), start_new_session=True)
-    try:
-        time.sleep(15)  # the worker's first poll has run: the pickup wait below is the steady-state one
-        fr: Any = run_deployment("land/cpu", parameters={"profile": profile, "notify": False}, timeout=3600,
-                                 poll_interval=1)
-        with get_client(sync_client=True) as client:
-            history = client.read_flow_run_states(fr.id)
-            task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fr.id])))
-    finally:
-        os.killpg(worker.pid, 15)
-        worker.wait(timeout=60)
+    with contextlib.ExitStack() as stack:
+        worker_env = stack.enter_context(warm_fork(tmp, env)) if label == "warm-fork" else dict(os.environ, **env)
+        worker = subprocess.Popen([str(bindir / "prefect"), "worker", "start", "--pool", "roost-spark", "--work-queue",
+                                   "cpu", "--name", f"bench-worker-{label}"], stdout=log, stderr=subprocess.STDOUT,
+                                  cwd=REPO, env=worker_env, start_new_session=True)
+        stack.callback(_stop, worker)
+        fr, history, task_runs = _trigger(profile)
     at = {st.type.value: st.timestamp for st in history}
     if "COMPLETED" not in at:
         raise SystemExit(f"land/cpu did not complete: {[(st.type.value, st.message) for st in history]}")

@@ -88,6 +88,7 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("bench_preflight", (), ("--replica", "tiny", "--repeat", "1", "--skip-download", "--skip-olah")),
     Bench("bench_hashing", (), ("--gb", "0.05", "--shards", "2", "--repeats", "1", "--replica-gb", "0.2",
                                 "--replica-shards", "2")),
+    Bench("bench_download", (), ("--quick",)),
     # quick: the process backend only; a container beside the Docker tests' nothing-left-behind checks would
     # be theirs to find
     Bench("bench_health_detect", (), ("--trials", "2", "--polls", "0.1", "--no-docker")),
@@ -103,6 +104,7 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench("bench_store_scale", (), ("--sizes", "100,1000", "--repeat", "1", "--no-catalog-max", "100")),
     Bench("bench_team_load", (), None,
           "landings through a worker on PostgreSQL, minutes each; the landing tests run the same flow"),
+    Bench("bench_startup", ("--baseline-commit", "b7bb758"), ("--runs", "3")),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 

@@ -123,7 +123,7 @@ def _api_url() -> str:
 def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: Path | None = None,
           cron: str | None = DEFAULT_CRON, timezone: str = DEFAULT_TIMEZONE,
           zombie_after_s: float = DEFAULT_ZOMBIE_AFTER_S, reset_blocks: bool = False,
-          store_api_key: bool = False) -> SetupReport:
+          store_api_key: bool = False, warm_fork: bool = False) -> SetupReport:
     """Apply roost's blocks, work pool, queues, limits, automations and deployments to the API server.
 
     ``hosts`` are set up besides the ones that exist (saved host documents, and ``LOCAL_HOSTS``).
@@ -151,7 +151,7 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
         report.items += [_builtin_document(client, name, block, reset=reset_blocks)
                          for name, block in builtin_profile_documents().items()]
         report.items.append(_api_key_secret(client, store=store_api_key))
-        report.items.append(_work_pool(client, pool))
+        report.items.append(_work_pool(client, pool, engine_command(warm_fork, source)))
         for h in host_profiles:
             report.items.append(_work_queue(client, pool, h.name))
             report.items.append(_host_limit(client, h.name))
@@ -354,19 +354,23 @@ def _api_key_secret(client: SyncPrefectClient, *, store: bool) -> SetupItem:
 # --- work pool, queues, limits ---------------------------------------------------------------------
 
 
-def engine_command() -> str:
+def engine_command(warm_fork: bool = False, source: Path | None = None) -> str:
     """The flow-run command the pool's workers run: this venv's ``python -m prefect.engine``.
 
     Set explicitly, a process worker starts the engine directly instead of through Prefect's
     workspace supervisor (a second Python process that imports Prefect first): about 3 s less per
     run (``benchmarks/bench_orchestration.py --via-deployment``). Workers therefore need roost's
     venv at this same path, as they need the checkout at the path the deployments load from.
+    ``warm_fork``: the client of the checkout's (``source``'s) ``scripts/warm_fork.py`` instead, which
+    has the host's warm fork server fork the run, and runs the command above where there is none.
     """
+    if warm_fork:
+        client = (source or Path(__file__).resolve().parents[1]) / "scripts" / "warm_fork.py"
+        return f"{shlex.quote(sys.executable)} -S {shlex.quote(str(client))} client"
     return f"{shlex.quote(sys.executable)} -m prefect.engine"
 
 
-def _work_pool(client: SyncPrefectClient, pool: str) -> SetupItem:
-    command = engine_command()
+def _work_pool(client: SyncPrefectClient, pool: str, command: str) -> SetupItem:
     try:
         existing = client.read_work_pool(pool)
     except ObjectNotFound:

@@ -1,6 +1,11 @@
 """The ``roost`` command line. Each command lives in ``roost/commands/<name>.py`` and exposes
 ``register(app)``; this file only assembles them and maps errors to exit codes.
 
+A command's module is imported when that command runs, never to list it: ``roost --help`` reads the
+names and one-line helps from :data:`COMMANDS` (kept equal to what each module registers by
+``tests/roost/test_cli_imports.py``), and ``roost audit`` imports the audit's module alone. Start-up
+is measured by ``benchmarks/bench_startup.py``.
+
 Exit codes (every command): 0 success, 1 a check failed (integrity, an error finding, a failed
 stage), 2 unusable input (missing path, unknown profile, port in use...). A user mistake prints one
 line ``roost: error: ...`` on stderr and never a traceback.
@@ -10,27 +15,88 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from roost._compat import click_errors  # typer's own copy of click's exceptions
 from roost.inputs.text import one_line
-from roost.settings import environment, secret_values
+
+# Every command, in the order `roost --help` lists them (commands, then groups of commands), with the help
+# its module registers: the listing is built from here without importing a command's module.
+COMMANDS: dict[str, str] = {
+    "run": "Run the land pipeline. With no arguments: the embedded local default (a tiny model generated on "
+           "the spot, served from a local Hub mirror by a real vLLM on this CPU).",
+    "download": "Download a checkpoint from the Hub (HF_ENDPOINT, HF_TOKEN honoured) and verify every file.",
+    "audit": "Audit a checkpoint's headers and config (no tensor data is read).",
+    "plan": "Predict vLLM's KV-cache size, concurrency and fit for a checkpoint.",
+    "diagnose": "Classify a failed vLLM start from its log (exit 0 failure found, 1 none, 2 unreadable).",
+    "bench": "Benchmark any OpenAI-compatible server (TTFT, decode tok/s, aggregate tok/s, knee).",
+    "eval": "Accuracy of a served model: GSM8K, MATH-500 or MMLU-Pro, resumable, per category.",
+    "compare": "Two models side by side from the results store, as the recipe compares a new model with the one "
+               "it replaced: throughput per concurrency, GSM8K/MATH-500 accuracy with truncation and output "
+               "length, MMLU-Pro per category; tables, charts (PNG) and --json.",
+    "sweep": "Land a profile with every combination of --grid flags across hosts (each host one server at a time, "
+             "hosts in parallel) and compare throughput, TTFT and decode per variant; the best one is named with "
+             "its margin over the noise band. Variants measured already (same commit, arguments and image) are "
+             "skipped. Needs PREFECT_API_URL and roost setup (the land/<host> deployments and their workers).",
+    "setup": "Register roost on the Prefect server at PREFECT_API_URL: block types and documents (hosts, model "
+             "profiles; host documents earlier releases saved as spark-host are migrated to roost-host), the "
+             "process work pool, one work queue and one serving concurrency limit per host, the zombie-run "
+             "automation, the crash alert (from the roost-slack Slack block, when saved), and the land / "
+             "rebenchmark / audit deployments. Hosts: every saved roost-host block, this machine's cpu, and "
+             "those named with --hosts. Idempotent: a second run changes nothing and says so.",
+    "doctor": "Preflight a worker host: Docker, NVIDIA runtime and driver, disk, base image, Prefect API (exit 0 "
+              "ready, 1 a check failed, 2 bad input).",
+    "results": "List stored runs and their headline numbers; filter by model and host. `roost results serve` "
+               "serves the reports over HTTP for the Prefect UI.",
+    "gateway": "The metering gateway: one door to every landed model, a key per user, device or app.",
+    "monitor": "Live monitoring: Prometheus, alert rules and the Grafana dashboard for kept servers.",
+}
+
+
+class _Listed(TyperCommand):
+    """A command as ``roost --help`` lists it (name and help); running it loads the real one."""
+
+
+def load_command(name: str) -> Any:
+    """The click command (or group) ``roost.commands.<name>`` registers, built as typer builds the app's."""
+    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    importlib.import_module(f"roost.commands.{name}").register(sub)
+    return typer.main.get_group(sub).commands[name]
+
+
+class LazyCommands(TyperGroup):
+    """``roost``'s group: every command listed from :data:`COMMANDS`, its module imported when it runs."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        for name, text in COMMANDS.items():
+            self.commands[name] = _Listed(name=name, help=text)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if name is not None and isinstance(cmd, _Listed):
+            cmd = self.commands[name] = load_command(name)
+        return name, cmd, rest
+
 
 app = typer.Typer(
     name="roost",
     help="Take an LLM checkpoint from the Hugging Face Hub to a measured, monitored vLLM server.",
+    cls=LazyCommands,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
-# Command modules, in the order `roost --help` lists them.
-COMMANDS = ["run", "download", "audit", "plan", "diagnose", "bench", "eval", "results", "compare", "sweep", "gateway", "monitor", "setup", "doctor"]
 
-
-for _name in COMMANDS:
-    importlib.import_module(f"roost.commands.{_name}").register(app)
+@app.callback()
+def _roost() -> None:
+    # Makes the app a group of commands (typer builds one only when the app has a callback or commands);
+    # its commands are LazyCommands'.
+    pass
 
 
 def main() -> None:
@@ -50,6 +116,8 @@ def main() -> None:
         typer.echo("roost: error: aborted", err=True)
         code = 1
     except Exception as exc:
+        from roost.settings import environment, secret_values  # pydantic-settings: only on this path
+
         if environment().roost_debug:
             raise
         from roost.inputs.text import shown

@@ -15,7 +15,6 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from roost.errors import UserError
 from roost.locations import parse_store_location, validate_results_url
-from roost.settings import check_vllm_venv
 from roost.units import GiB
 
 GB10_CUDA_TOTAL_BYTES = 130_663_642_563
@@ -96,6 +95,10 @@ class HostProfile(BaseModel):
     @field_validator("vllm_venv")
     @classmethod
     def _vllm_venv(cls, value: str) -> str:
+        if not value.strip():  # check_vllm_venv's answer; the built-in hosts load no pydantic-settings (CLI start-up)
+            return ""
+        from roost.settings import check_vllm_venv
+
         return check_vllm_venv(value, "vllm_venv")
 
     @field_validator("results_store")

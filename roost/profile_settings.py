@@ -101,7 +101,7 @@ class EvalSpec(Given):
 
     @model_validator(mode="after")
     def _valid_for_its_task(self) -> EvalSpec:
-        from roost.eval.runner import EvalSettings  # the runner imports the datasets and the HTTP client
+        from roost.eval.settings import EvalSettings
 
         try:
             EvalSettings.for_task(**self)

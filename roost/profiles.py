@@ -25,7 +25,7 @@ SECRET_ENV = frozenset({S.VLLM_API_KEY, S.HF_TOKEN, S.HUGGING_FACE_HUB_TOKEN, S.
 """Variables that hold secrets: a profile's ``server_env`` never sets them."""
 
 if TYPE_CHECKING:
-    from roost.eval.runner import EvalSettings
+    from roost.eval.settings import EvalSettings
     from roost.serve.base import ServeSpec
     from roost.serve.occupancy import RestartPolicy
 
@@ -111,7 +111,7 @@ class ModelProfile(ServingSettings):
         return self.production if keep_serving is None else keep_serving
 
     def eval_settings(self) -> list[EvalSettings]:
-        from roost.eval.runner import EvalSettings
+        from roost.eval.settings import EvalSettings
 
         return [EvalSettings.for_task(**spec) for spec in self.evals]
 

@@ -37,13 +37,14 @@ from pydantic import (
     model_validator,
 )
 
+# re-exported: declared apart, so that an audit loads no run record (roost audit's start-up)
+from roost.checkpoint.findings import Finding as Finding
+from roost.checkpoint.findings import Severity as Severity
 from roost.eval_record import EvalRecord as EvalRecord
 from roost.eval_record import OtherModelScore as OtherModelScore
 from roost.failures import classify
 
 SCHEMA_VERSION = 2
-
-Severity = Literal["info", "warning", "error"]
 
 
 def utcnow() -> dt.datetime:
@@ -57,14 +58,6 @@ RUN_ID_TIME = "%Y%m%dT%H%M%SZ"
 def new_run_id() -> str:
     """A sortable, unique run id: UTC timestamp + 8 random hex digits."""
     return utcnow().strftime(RUN_ID_TIME) + "-" + uuid.uuid4().hex[:8]
-
-
-class Finding(BaseModel):
-    """One audit or preflight observation. ``code`` is stable (UPPER_SNAKE); scripts match on it."""
-
-    code: str
-    severity: Severity
-    message: str = Field(description="One sentence: what was found and what to do.")
 
 
 class StageTiming(BaseModel):

@@ -9,8 +9,9 @@ from flows.stages.timing import stage
 from roost.hosts import HostProfile
 from roost.monitor.targets import decode_floor
 from roost.records import RunRecord
-from tasks.gateway import follow_swap_in_openwebui, register_backend, served_elsewhere
-from tasks.monitor import sync_monitoring
+
+# Imported by gateway_stage, which only a landing that keeps its server runs: the gateway's tasks and the
+# monitoring sync (Docker's SDK) stay out of a one-off landing's flow-run process.
 
 
 def gateway_stage(record: RunRecord, base_url: str, served_model_name: str, host: HostProfile) -> None:
@@ -18,6 +19,9 @@ def gateway_stage(record: RunRecord, base_url: str, served_model_name: str, host
     earlier servers are deregistered): the gateway routes ``served_model_name`` without a restart. When
     the host names Open WebUI (``openwebui_db`` or ``openwebui_url``), its default, pinned and first model
     becomes ``served_model_name`` in place of the retired ones (a failure there is a warning only)."""
+    from tasks.gateway import follow_swap_in_openwebui, register_backend, served_elsewhere
+    from tasks.monitor import sync_monitoring
+
     with stage(record, "gateway") as st:
         floor = decode_floor(record)
         old_names = served_elsewhere(host.name, base_url)  # read before register_backend retires them

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from prefect import get_run_logger
 from pydantic import SecretStr
@@ -29,14 +29,17 @@ from flows.stages.timing import stage
 from roost import catalogue as C
 from roost.bench.gateway_hop import counted_usage, hop_points, summarize
 from roost.bench.settings import for_server
-from roost.gateway import registry
-from roost.gateway.door import Door
 from roost.hosts import HostProfile
 from roost.profiles import ModelProfile
 from roost.records import GatewayPass, RunRecord, Usage
 from roost.store import append_requests
 from tasks.benchmark import BenchFailed, benchmark_task
-from tasks.gateway_door import close_door_task, metered_task, open_door_task
+
+if TYPE_CHECKING:
+    from roost.gateway.door import Door
+
+# The gateway's modules (its database layer: SQLAlchemy) load only when a run keeps its server: a one-off
+# landing's flow-run process does not import them (``benchmarks/bench_orchestration.py --via-deployment``).
 
 
 @contextlib.contextmanager
@@ -45,6 +48,8 @@ def gateway_door(record: RunRecord, host: HostProfile, served_model_name: str, k
     if not keep_serving:
         yield None
         return
+    from tasks.gateway_door import close_door_task, open_door_task
+
     door = open_door_task(host.gateway_url, host.name, served_model_name)
     if isinstance(door, str):
         record.gateway = GatewayPass(url="", status="skipped", note=door)
@@ -69,6 +74,8 @@ def measured_directly(base_url: str, keep_serving: bool) -> Iterator[None]:
     if not keep_serving:
         yield
         return
+    from roost.gateway import registry
+
     with registry.direct_traffic(base_url):
         yield
 
@@ -81,6 +88,8 @@ def gateway_benchmark_stage(record: RunRecord, door: Door | None, prof: ModelPro
     never a failed landing: the direct measurement stands."""
     if door is None:
         return
+    from tasks.gateway_door import metered_task
+
     settings = for_server(record.meta.vllm_args, record.decode_ceiling_tok_s, prof.bench)
     bench_on = benchmark_task.with_options(name="benchmark-gateway")
     with stage(record, "benchmark-gateway") as st:

@@ -17,9 +17,7 @@ from roost.records import RunRecord
 from roost.serve.base import Backend, ServeSpec
 from roost.serve.occupancy import memory_refusal, occupancy_refusal
 from roost.units import format_memory
-from tasks.gateway import deregister_host
 from tasks.host_slot import ensure_host_limit, host_slot
-from tasks.monitor import sync_monitoring
 from tasks.serve import backend_log
 
 
@@ -52,6 +50,10 @@ def host_check_stage(record: RunRecord, backend: Backend, spec: ServeSpec, plan:
         retired = backend.retire(spec, log=backend_log())
         notes += [f"stopped roost's {what}" for what in retired]
         if retired:  # the metering gateway must not route to what was stopped, nor Prometheus scrape it
+            # imported here: the monitoring sync loads Docker's SDK, which a run that retires nothing never uses
+            from tasks.gateway import deregister_host
+            from tasks.monitor import sync_monitoring
+
             deregister_host(backend.host.name)
             sync_monitoring()
         needed = plan.plan.fit.total_bytes

@@ -6,7 +6,7 @@ The run itself is ``roost/bench/sweep.py``; the recipes' sweeps are the defaults
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -19,8 +19,10 @@ from roost.catalogue import Knee
 from roost.errors import StageFailed, UserError
 from roost.plan.args import parse_overrides
 from roost.records import BenchPoint
-from roost.vllm.client import RequestBudget
 from roost.vllm.stream import RequestRecord
+
+if TYPE_CHECKING:
+    from roost.vllm.client import RequestBudget
 
 RECIPE_PROMPT_LENGTHS = [512, 2048, 8192, 32768, 131072, 250000, WINDOW_MAX]
 """The single-stream sweep of the Ornith 1.0 recipes (0.5K to 250K-token prompts, then the window)."""
@@ -116,6 +118,9 @@ class BenchSettings(BaseModel):
 
     def budget(self, prompt_tokens: int, concurrency: int) -> RequestBudget:
         """Per-request time budget, scaled to the prompt and to the users sharing the server."""
+        # the HTTP client's module: imported here, not for a profile's settings (CLI start-up)
+        from roost.vllm.client import RequestBudget
+
         first = self.ttft_timeout_base_s + concurrency * prompt_tokens / self.min_prefill_tok_s
         per_user = self.requests_per_user if concurrency > 1 else 1
         return RequestBudget(first_token_s=first * per_user, total_s=(first + self.output_tokens / self.min_decode_tok_s) * per_user)

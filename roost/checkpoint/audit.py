@@ -20,8 +20,8 @@ from pathlib import Path
 
 from roost.checkpoint.checks import CHECKS, Check
 from roost.checkpoint.files import CheckpointFiles
+from roost.checkpoint.findings import Finding
 from roost.checkpoint.model import Checkpoint, read_checkpoint
-from roost.records import Finding
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from roost.checkpoint.findings import Finding, Severity
 from roost.checkpoint.layout import expected_vision_tensors, nvfp4_problems
 from roost.checkpoint.model import Checkpoint
 from roost.checkpoint.safetensors_header import INDEX_NAME
-from roost.records import Finding, Severity
 
 Check = Callable[[Checkpoint], list[Finding]]
 

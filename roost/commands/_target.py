@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from roost.plan.report import AuditReport
     from roost.profiles import ModelProfile
 
+HUB_SCHEME = "hf://"
+"""What starts a Hub target (``roost.hub.preflight.SCHEME``, its ``is_hub_url``): tested equal, named here so that
+auditing a directory never imports the Hub's client."""
+
 NO_TARGET = (
     "give a checkpoint directory or hf://OWNER/NAME[@REVISION] to read from the Hub, "
     "or --profile P to read that profile's repository from the Hub"
@@ -32,16 +36,17 @@ NO_TARGET = (
 
 def audit_target(target: str | None, prof: ModelProfile | None, host: HostProfile) -> AuditReport:
     """The audit report of ``target`` (or of ``prof``'s repository on the Hub) for ``host``."""
-    from roost.hub.preflight import HubRef, is_hub_url, parse_hub_url
-    from roost.plan.report import audit_for_host
+    if target is not None and not target.startswith(HUB_SCHEME):  # a directory: the Hub's client stays unloaded
+        from roost.plan.report import audit_for_host
+
+        return audit_for_host(Path(target), host)
+    from roost.hub.preflight import HubRef, parse_hub_url
 
     if target is None:
         if prof is None:
             raise UserError(NO_TARGET)
         return hub_audit(HubRef(repo_id=prof.repo_id, revision=prof.revision), prof, host)
-    if is_hub_url(target):
-        return hub_audit(parse_hub_url(target), prof, host)
-    return audit_for_host(Path(target), host)
+    return hub_audit(parse_hub_url(target), prof, host)
 
 
 def hub_audit(ref: HubRef, prof: ModelProfile | None, host: HostProfile) -> AuditReport:

@@ -33,9 +33,12 @@ def audit(
     # start time is measured (the audit pulls in pydantic models and orjson).
     from roost.commands._target import audit_target
     from roost.hosts import get_host
-    from roost.profiles import get_profile
 
-    prof = get_profile(profile) if profile is not None else None
+    prof = None
+    if profile is not None:
+        from roost.profiles import get_profile  # the profiles' settings: only when one is named
+
+        prof = get_profile(profile)
     report = audit_target(path, prof, get_host(host or (prof.host if prof is not None else "spark")))
     if as_json:
         echo_json(report.to_json())

@@ -39,6 +39,9 @@ def setup(
         = False,
     store_vllm_api_key: Annotated[bool, typer.Option(
         "--store-vllm-api-key", help="Save $VLLM_API_KEY into the Secret block roost-vllm-api-key.")] = False,
+    warm_fork: Annotated[bool, typer.Option(
+        "--warm-fork", help="Job command: the warm fork client (scripts/warm_fork.py; a host without its server "
+                            "runs the stock python -m prefect.engine).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     host_list = [h.strip() for h in hosts.split(",") if h.strip()] if hosts is not None else []
@@ -46,6 +49,8 @@ def setup(
         raise UserError("--hosts is empty: name at least one host, e.g. --hosts spark, or leave it out")
     if source is not None and not (source / "flows" / "land.py").is_file():
         raise UserError(f"--source {source}: no flows/land.py there; point it at a roost checkout")
+    if warm_fork and not ((source or Path(__file__).resolve().parents[2]) / "scripts" / "warm_fork.py").is_file():
+        raise UserError("--warm-fork: the checkout has no scripts/warm_fork.py; update it or leave --warm-fork out")
 
     # imported when the command runs, not when the module is: it pulls in Prefect's client, workers,
     # deployments and events (4-6 s on the 2-core test machine), which the start of every other roost
@@ -54,7 +59,8 @@ def setup(
 
     report = run_setup(pool, host_list, source=source.resolve() if source else None,
                        cron=None if cron.strip().lower() in ("off", "none", "") else cron, timezone=timezone,
-                       zombie_after_s=zombie_after, reset_blocks=reset_blocks, store_api_key=store_vllm_api_key)
+                       zombie_after_s=zombie_after, reset_blocks=reset_blocks, store_api_key=store_vllm_api_key,
+                       warm_fork=warm_fork)
     if as_json:
         echo_json(report.model_dump(mode="json") | {"changed": len(report.changed)})
         return

@@ -29,6 +29,7 @@ from roost.errors import RoostError, UserError
 from roost.eval.datasets import Dataset, load_dataset, sample
 from roost.eval.log import Answer, EvalLog, LogHeader, sample_digest
 from roost.eval.scoring import summarize
+from roost.eval.settings import EvalSettings as EvalSettings  # re-exported: declared apart, light
 from roost.eval.suites import EvalTask, Question, get_task, split_reasoning, verdict
 from roost.eval_record import DatasetInfo, EvalSummary, Sampling
 from roost.inputs.text import shown
@@ -42,32 +43,6 @@ class EvalServerGone(RoostError):
     """The server stopped answering: the run failed (exit 1); the log keeps what was answered."""
 
     exit_code = 1
-
-
-class EvalSettings(BaseModel):
-    """What to evaluate: the task, the dataset and sample, and how questions are asked."""
-
-    task: str
-    dataset: str | None = Field(default=None, description="Path or Hub dataset repo; None: the task's upstream repo.")
-    limit: int | None = Field(default=None, ge=1, le=1 << 31)
-    per_category: int | None = Field(default=None, ge=1, le=1 << 31, description="None: the task's default (MMLU-Pro 50).")
-    seed: int = 0
-    sampling: Sampling = Field(default_factory=Sampling)
-    max_tokens_given: bool = Field(default=True, description="False: the task default, capped to the server's window.")
-
-    @classmethod
-    def for_task(cls, task: str, **overrides: Any) -> EvalSettings:
-        """The recipe's settings for ``task`` with ``overrides`` (sampling fields included) on top."""
-        t = get_task(task)
-        sampling_fields = set(Sampling.model_fields)
-        given = {k: v for k, v in overrides.items() if v is not None}
-        # validated, not model_copy'd: a profile's temperature 0 becomes 0.0, so keys and logs compare equal
-        sampling = Sampling.model_validate(
-            {**t.sampling.model_dump(), **{k: v for k, v in given.items() if k in sampling_fields}})
-        rest = {k: v for k, v in given.items() if k not in sampling_fields}
-        rest.setdefault("per_category", t.per_category)
-        rest.setdefault("max_tokens_given", "max_tokens" in given)
-        return cls(task=t.name, sampling=sampling, **rest)
 
 
 class EvalProgress(BaseModel):

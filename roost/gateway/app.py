@@ -8,9 +8,10 @@ A request to ``/v1/chat/completions``, ``/v1/completions`` or ``/v1/embeddings``
    object naming a ``model`` (400);
 3. the model routes to an upstream (404 listing the models; 503 at once when its upstream is down);
 4. it is forwarded with the upstream key (the client's headers are not) through the upstream's
-   :class:`~roost.vllm.client.VllmClient` (``relay``: keep-alive connections, bytes handed on as they
-   arrive), its prompt counted by the upstream's ``/tokenize`` right after it is sent (never on the
-   way to the first token; ``tokenize_after_s`` > 0: only when the upstream's own count is late);
+   :class:`~roost.gateway.upstream_client.UpstreamClient` (``relay``: keep-alive connections, bytes
+   handed on as they arrive), its prompt counted by the upstream's ``/tokenize``, written right behind
+   the request (never ahead of it: the backend reads both at once; ``tokenize_after_s`` > 0: only
+   when the upstream's own count is late);
 5. the answer is passed back as it arrives, metered (``metering.StreamMeter``); a client that reads
    nothing for ``client_timeout_s`` is cut, a client that leaves is billed for what was streamed, and
    the upstream's request is closed either way;
@@ -18,6 +19,14 @@ A request to ``/v1/chat/completions``, ``/v1/completions`` or ``/v1/embeddings``
 
 Steps 1 to 3 are :mod:`~roost.gateway.admission` (keys through :mod:`~roost.gateway.key_cache`), 4 to 6
 :mod:`~roost.gateway.forward`; what the gateway answers on its own is :mod:`~roost.gateway.responses`.
+
+The hot path: a ``POST`` whose head and body come in one read is taken through steps 1 to 3 and
+written upstream by the HTTP protocol's callback itself (:meth:`Gateway.early`, from
+:class:`~roost.gateway.connections.LimitedHttpToolsProtocol`), before uvicorn builds its request
+cycle and task: when its key is cached, its body reads plainly, its model routes to an upstream that
+is up and a kept-alive connection to it is idle; any other request takes the same steps in its task
+(with the database, the router's poll and every refusal). A stream's blocks then go to the client from
+the upstream connection's callback while the client takes them (:mod:`~roost.gateway.direct`).
 This module holds the application (settings: :mod:`~roost.gateway.config`): its lifespan, ``/v1/models``, ``/health`` and
 ``/metrics``, and the stored row's metrics and log line.
 """
@@ -38,7 +47,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from roost.gateway.access import refusal, scope_access
-from roost.gateway.admission import Proxy
+from roost.gateway.admission import Admitted, Proxy
 from roost.gateway.config import GatewayConfig
 from roost.gateway.db import GatewayDB, UsageWriter
 from roost.gateway.forward import PATHS, Usage
@@ -71,6 +80,7 @@ class Gateway:
         # the forwarded endpoints are plain ASGI apps reached without a router (the hot path); the
         # rest, and the lifespan, go through Starlette
         self._proxies = {PATHS[e]: Proxy(self, e) for e in PATHS}
+        self._early = {path.encode(): proxy for path, proxy in self._proxies.items()}
         self._starlette = Starlette(routes=[Route("/v1/models", endpoint=self.list_models, methods=["GET"]),
                                             Route("/health", endpoint=self.health, methods=["GET"]),
                                             Route("/metrics", endpoint=self.metrics_endpoint, methods=["GET"])],
@@ -87,6 +97,19 @@ class Gateway:
                 await proxy(scope, receive, send)
                 return
         await self._starlette(scope, receive, send)
+
+    def early(self, url: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> Admitted | None:
+        """A ``POST`` that arrived whole in one read, before uvicorn builds its task (the HTTP protocol's
+        :data:`~roost.gateway.connections.Early` hook): a forwarded endpoint's request that
+        :meth:`Proxy.admit_now` admits is sent upstream now and handed to its task. Anything else (and
+        any failure here) is left to the task, which takes it through the whole door."""
+        proxy = self._early.get(url)
+        if proxy is None:
+            return None
+        try:
+            return proxy.admit_now(headers, body)
+        except Exception:  # the task's door answers (and logs) whatever this was
+            return None
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -165,9 +188,10 @@ class Gateway:
         row = usage.row
         row["duration_s"] = time.perf_counter() - usage.t0
         status = row["status"]
-        self.metrics.requests.labels(*labels, status).inc()
-        self.metrics.model_requests.labels(labels[2]).inc()
-        self.metrics.user_requests.labels(usage.user_label, *labels[1:]).inc()
+        m = self.metrics
+        m.child(m.requests, *labels, status).inc()
+        m.child(m.model_requests, labels[2]).inc()
+        m.child(m.user_requests, usage.user_label, *labels[1:]).inc()
         if status != "ok":
             self.metrics.errors.labels(*labels, status).inc()
         log.info("%s %s key=%s kind=%s model=%s status=%s prompt=%d completion=%d %.3fs", row["request_id"][:12],

@@ -32,6 +32,7 @@ connection too, so ``max_connections`` needs about 2 descriptors each plus a res
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import resource
 import time
@@ -41,7 +42,7 @@ from typing import Any, ClassVar
 import httptools
 from pydantic import BaseModel, Field
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from roost.gateway.metering import error_body
@@ -134,12 +135,48 @@ class Warnings:
         return True
 
 
+Early = Callable[[bytes, list[tuple[bytes, bytes]], bytes], Any]
+"""``early(url, headers, body)``: told of each ``POST`` whose head and whole body came in one read, before
+uvicorn builds its request cycle and task (the gateway admits and sends a forwarded request there:
+:meth:`roost.gateway.app.Gateway.early`); what it returns (None: nothing) is left in the request's scope
+under :data:`EARLY`."""
+EARLY = "roost.early"
+STREAM = "roost.stream"
+"""The scope key of a request's :class:`ClientStream`."""
+
+
+class ClientStream:
+    """A request's chunked response body written straight to the client's connection, while that
+    takes writes without waiting (what uvicorn's ASGI ``send`` does for a body message with
+    ``more_body``, without its coroutine): see :mod:`roost.gateway.direct`."""
+
+    __slots__ = ("cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self.cycle = cycle
+
+    @property
+    def writable(self) -> bool:
+        """A chunk can be written now: the response's head went out chunked, the response is not
+        complete, the client is connected and its buffer is not full."""
+        c = self.cycle
+        return bool(c.response_started and not c.response_complete and c.chunked_encoding and not c.disconnected
+                    and not c.flow.write_paused and not c.transport.is_closing())
+
+    def write(self, body: bytes) -> None:
+        """``body`` as one chunk (when :attr:`writable`)."""
+        self.cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+
+
 class ConnectionBook:
-    """The connections a server holds, overall and per client address, and its refusals."""
+    """The connections a server holds, overall and per client address, and its refusals; ``early`` is
+    the server's :data:`Early` hook."""
 
     def __init__(self, limits: ConnectionLimits, *, max_connections: int | None = None,
-                 on_refused: Callable[[str], None] | None = None, warnings: Warnings | None = None) -> None:
+                 on_refused: Callable[[str], None] | None = None, warnings: Warnings | None = None,
+                 early: Early | None = None) -> None:
         self.limits = limits
+        self.early = early
         self.max_connections = limits.max_connections if max_connections is None else max_connections
         self.on_refused = on_refused
         self.warnings = warnings or Warnings(log)
@@ -194,6 +231,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._heads = 0  # requests whose message completed
         self._head_timer: asyncio.TimerHandle | None = None
         self._ignore = False  # refused or cut: nothing more is parsed
+        self._deferred: list[bytes] | None = None  # a POST's body so far, its uvicorn cycle not built yet
 
     # --- connection ----------------------------------------------------------------------------------
 
@@ -215,6 +253,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._received(data)
+        if self._deferred is not None:  # a POST whose body did not all come in this read: uvicorn's way
+            if self._ignore:
+                self._deferred = None
+            else:
+                self._undefer()
+
+    def _received(self, data: bytes) -> None:
         if self._ignore:
             return
         self._unset_keepalive_if_required()
@@ -268,9 +314,43 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_open = False
         self._cancel_head_timer()
+        if self.book.early is not None and self._answered() and not self.pipeline \
+                and self.parser.get_method() == b"POST":
+            self._deferred = []  # uvicorn's cycle and task once the body is in (on_message_complete), or
+            return  # at the end of this read (data_received)
+        self._start_cycle()
+
+    def _start_cycle(self) -> None:
+        """uvicorn's part of a head's completion (the request cycle and its task), the cycle's
+        :class:`ClientStream` in its scope."""
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.scope[STREAM] = ClientStream(self.cycle)  # type: ignore[literal-required]
+
+    def on_body(self, body: bytes) -> None:
+        if self._deferred is not None:
+            self._deferred.append(body)
+            return
+        super().on_body(body)
+
+    def _undefer(self, found: Any = None) -> None:
+        """uvicorn's part of the head's completion (the request cycle and its task), and the body so far."""
+        parts, self._deferred = self._deferred or [], None
+        self._start_cycle()
+        if found is not None and self.cycle is not None:
+            self.cycle.scope[EARLY] = found  # type: ignore[literal-required]
+        if parts:
+            super().on_body(parts[0] if len(parts) == 1 else b"".join(parts))
 
     def on_message_complete(self) -> None:
+        if self._deferred is not None:  # the whole request in one read: the early hook first
+            body = b"".join(self._deferred)
+            early = self.book.early
+            found = None
+            with contextlib.suppress(Exception):  # a failed hook leaves the request to uvicorn's way
+                found = early(self.url, self.headers, body) if early is not None else None
+            self._deferred = [body]
+            self._undefer(found)
         drained = self._answered()  # the body of a request answered before it was all sent
         super().on_message_complete()
         self._heads += 1

@@ -41,7 +41,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from roost.errors import UserError
 from roost.gateway.keys import KeyKind, Principal, check_kind, check_name, digest, new_key
 from roost.settings import environment, roost_home
-from roost.store.atomic import atomic_write_bytes
 
 log = logging.getLogger("roost.gateway")
 
@@ -419,6 +418,8 @@ class UsageWriter:
         folder = self.db.unwritten_dir
         path = folder / f"{time.time_ns()}-{os.getpid()}.jsonl"
         try:
+            from roost.store.atomic import atomic_write_bytes  # the store package loads pyarrow: only here
+
             atomic_write_bytes(path, b"".join(orjson.dumps({c: r.get(c) for c in USAGE_COLUMNS}) + b"\n" for r in rows))
         except OSError as exc:
             log.error("usage: %d row(s) were not written to %s and cannot be kept in %s (%s): they are LOST",

@@ -1,11 +1,15 @@
 """One forwarded request, from sending it upstream to its usage row (steps 4 to 6 of
 :mod:`roost.gateway.app`).
 
-The request goes out through the upstream's :class:`~roost.vllm.client.VllmClient` (``relay``): sent
-again only when a kept-alive connection closed before one byte came back; its prompt is counted by
-the upstream's ``/tokenize`` right after it is sent (or ``tokenize_after_s`` later, only when the
-upstream's own count is late). The answer is passed back as it arrives (a stream through
-:class:`~roost.gateway.metering.StreamMeter`, a whole answer read within :data:`MAX_ANSWER_BODY`), an
+The request goes out through the upstream's :class:`~roost.gateway.upstream_client.UpstreamClient`
+(written before any task runs when a kept-alive connection is idle: ``relay_now``; else ``relay``):
+sent again only when a kept-alive connection closed before one byte came back; its prompt is counted
+by the upstream's ``/tokenize``, written right behind it (on an idle connection, in the same callback:
+the backend reads both at once rather than being woken again while it prepares the first token;
+:func:`tokenize_now`), or ``tokenize_after_s`` later, only when the upstream's own count is late. The answer is passed back as
+it arrives (a stream through :class:`~roost.gateway.metering.StreamMeter`, its blocks written to the
+client from the upstream connection's callback while the client takes them: :mod:`roost.gateway.direct`;
+a whole answer read within :data:`MAX_ANSWER_BODY`), an
 upstream's error as an OpenAI-style error (:mod:`roost.gateway.upstream_errors`); a watchdog cuts a
 client that reads nothing for ``client_timeout_s``, a client that leaves is billed for what was
 streamed, and the usage row is committed before a completed request's last bytes are sent.
@@ -18,15 +22,19 @@ import contextlib
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from starlette.types import Receive, Send
 
 from roost.gateway import upstream_errors
 from roost.gateway.config import GatewayConfig
+from roost.gateway.connections import ClientStream
+from roost.gateway.direct import DirectSink
 from roost.gateway.keys import Principal
 from roost.gateway.metering import (
     Endpoint,
+    SecretForms,
     StreamMeter,
     answer_texts,
     error_body,
@@ -44,6 +52,8 @@ from roost.vllm.timed_net import ConnectFailed, HttpError
 PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions",
                               "embeddings": "/v1/embeddings"}
 """The forwarded endpoints, each at the same path on the gateway and upstream."""
+METER_EVERY = 16
+"""A stream's completion counters move in steps of this many tokens (and at its end), not per block."""
 MAX_ERROR_BODY = 64 * 1024
 MAX_ANSWER_BODY = 256 * 1024 * 1024
 
@@ -55,7 +65,7 @@ class Host(Protocol):
     config: GatewayConfig
     metrics: GatewayMetrics
     router: Router
-    secret_pattern: re.Pattern[bytes] | None
+    secret_pattern: SecretForms | None
 
     def scrub(self, text: str) -> str: ...
 
@@ -64,17 +74,25 @@ class Host(Protocol):
     def finish(self, usage: Usage, labels: tuple[str, str, str]) -> asyncio.Future[None]: ...
 
 
+def tokenize_now(upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]) -> Relay | None:
+    """The ``/tokenize`` request of ``body``'s (first) prompt written now on an idle kept-alive connection,
+    right behind the request itself (the backend reads both at once, rather than being woken again
+    while it prepares the first token); None when there is none to count or no connection is idle."""
+    bodies, _ = tokenize_bodies(endpoint, body)
+    return upstream.client.relay_now("/tokenize", encode(bodies[0]), "") if bodies else None
+
+
 class Usage:
     """One request's usage row, filled in as the request goes (its ``backend`` column, named before
     upstreams were, holds the upstream's name: :attr:`Upstream.name`), and the ``user`` label of its
     per-user metrics (:class:`~roost.gateway.metrics.UserLabels`)."""
 
     def __init__(self, gw: Host, principal: Principal, endpoint: Endpoint, model: str, user: str | None,
-                 stream: bool) -> None:
+                 stream: bool, *, request_id: str | None = None) -> None:
         self.t0 = time.perf_counter()
         ts = time.time()
         self.row: dict[str, Any] = {
-            "request_id": uuid.uuid4().hex, "ts": ts, "day": time.strftime("%Y-%m-%d", time.gmtime(ts)),
+            "request_id": request_id or uuid.uuid4().hex, "ts": ts, "day": time.strftime("%Y-%m-%d", time.gmtime(ts)),
             "key_name": principal.name, "kind": principal.kind, "user": user, "model": model, "backend": "",
             "endpoint": endpoint, "stream": stream, "status": "ok", "http_status": 200, "prompt_tokens": 0,
             "completion_tokens": 0, "prompt_source": "none", "completion_source": "none", "ttft_s": None,
@@ -95,7 +113,9 @@ class Forward:
     """One forwarded request, from sending it upstream to its usage row."""
 
     def __init__(self, gw: Host, endpoint: Endpoint, upstream: Upstream, body: dict[str, Any], content: bytes,
-                 reading: Reading, usage: Usage, receive: Receive, send: Send) -> None:
+                 reading: Reading, usage: Usage, receive: Receive, send: Send, *, sent: Relay | None = None,
+                 t_sent: float = 0.0, client_stream: ClientStream | None = None,
+                 tokenize_sent: Relay | None = None) -> None:
         self.gw, self.upstream, self.body, self.content = gw, upstream, body, content
         self.endpoint, self.path = endpoint, PATHS[endpoint]
         self.reading, self.stream = reading, reading.stream
@@ -103,13 +123,14 @@ class Forward:
         self.started = False  # the response's head went out
         row = usage.row
         self.labels = (row["key_name"], row["kind"], row["model"])
-        self.completion_counter = gw.metrics.completion_tokens.labels(*self.labels)
+        m = gw.metrics
+        self.completion_counter = m.child(m.completion_tokens, *self.labels)
         self.user_labels = (usage.user_label, row["kind"], row["model"])
         # a new user's series exist (at 0) while its first request runs
-        self.user_completion = gw.metrics.user_completion_tokens.labels(*self.user_labels)
-        self.user_prompt = gw.metrics.user_prompt_tokens.labels(*self.user_labels)
-        self.user_ttft = gw.metrics.user_ttft.labels(*self.user_labels)
-        gw.metrics.user_requests.labels(*self.user_labels)  # counted when the request ends (the app's finish)
+        self.user_completion = m.child(m.user_completion_tokens, *self.user_labels)
+        self.user_prompt = m.child(m.user_prompt_tokens, *self.user_labels)
+        self.user_ttft = m.child(m.user_ttft, *self.user_labels)
+        m.child(m.user_requests, *self.user_labels)  # counted when the request ends (the app's finish)
         self.committed = False
         self.tokenize: asyncio.Task[int | None] | None = None
         self.metered_completion = 0
@@ -117,6 +138,10 @@ class Forward:
         self.client_timed_out = False
         self.delivered = False  # the client has the whole answer (a stream's [DONE] handed on)
         self.work: asyncio.Future[None] | None = None
+        self.sent, self.t_sent = sent, t_sent  # the request written upstream already, on a reused connection
+        self.tokenize_sent = tokenize_sent  # its /tokenize request likewise (tokenize_now)
+        self.client_stream = client_stream  # the client's connection, written to directly (roost.gateway.direct)
+        self._t_sent, self._first = 0.0, True  # a stream's: its send time, no block sent to the client yet
 
     async def _send(self, message: Any) -> None:
         self.started = True
@@ -161,9 +186,14 @@ class Forward:
 
     async def run(self) -> None:
         gw, upstream, row = self.gw, self.upstream, self.usage.row
-        in_flight = gw.metrics.in_flight.labels(row["model"])
+        in_flight = gw.metrics.child(gw.metrics.in_flight, row["model"])
         in_flight.inc()
         upstream.in_flight += 1
+        if self.sent is None:  # written now if a kept-alive connection is idle, not a loop pass later
+            self.sent = upstream.client.relay_now(self.path, self.content, row["request_id"])
+            self.t_sent = time.perf_counter()
+            if self.sent is not None and self.tokenize_sent is None and gw.config.tokenize_after_s <= 0:
+                self.tokenize_sent = tokenize_now(upstream, self.endpoint, self.body)
         work = self.work = asyncio.ensure_future(self._forward())
         gone = asyncio.ensure_future(self._wait_disconnect())
 
@@ -185,6 +215,10 @@ class Forward:
                 row["status"] = "client_timeout"
         finally:
             gone.cancel()
+            for unread in (self.sent, self.tokenize_sent):  # cancelled before they were read: nobody will
+                if unread is not None:
+                    upstream.client.release(unread)
+            self.sent = self.tokenize_sent = None
             upstream.in_flight -= 1
             in_flight.dec()
             if self.tokenize is not None and not self.tokenize.done():
@@ -200,12 +234,17 @@ class Forward:
             if message["type"] == "http.disconnect":
                 return
 
-    async def _count_tokens(self, bodies: list[dict[str, Any]], known: int = 0) -> int | None:
-        """Tokens of ``bodies`` by the backend's ``/tokenize`` (plus ``known``); None when it cannot say."""
+    async def _count_tokens(self, bodies: list[dict[str, Any]], known: int = 0, sent: Relay | None = None,
+                            ) -> int | None:
+        """Tokens of ``bodies`` by the backend's ``/tokenize`` (plus ``known``); None when it cannot say.
+        ``sent``: the first body's request, written already (:func:`tokenize_now`)."""
         client = self.upstream.client
         total = known
         for b in bodies:
-            relay, _ = await client.relay("/tokenize", encode(b))
+            if sent is not None:
+                relay, sent = sent, None
+            else:
+                relay, _ = await client.relay("/tokenize", encode(b))
             try:
                 async with asyncio.timeout(self.gw.config.upstream_timeout_s):
                     status = await relay.head()
@@ -220,9 +259,10 @@ class Forward:
 
     def _start_tokenize(self) -> None:
         bodies, known = tokenize_bodies(self.endpoint, self.body)
+        sent, self.tokenize_sent = self.tokenize_sent, None
         if not bodies and not known:
             return
-        self.tokenize = asyncio.ensure_future(self._count_tokens(bodies, known))
+        self.tokenize = asyncio.ensure_future(self._count_tokens(bodies, known, sent))
 
     def _tokenize_if_uncounted(self) -> None:
         """``tokenize_after_s`` after the send: count the prompt now unless the backend's usage has."""
@@ -247,7 +287,7 @@ class Forward:
                 self.gw.metrics.prompt_mismatch.labels(row["model"]).inc()
         elif counted is not None and row["status"] != "backend_unreachable" and not row["status"].startswith("http_"):
             row["prompt_tokens"], row["prompt_source"] = counted, "tokenize"
-        self.gw.metrics.prompt_tokens.labels(*self.labels).inc(row["prompt_tokens"])
+        self.gw.metrics.child(self.gw.metrics.prompt_tokens, *self.labels).inc(row["prompt_tokens"])
         self.user_prompt.inc(row["prompt_tokens"])
 
     def _meter_completion(self, total: int) -> None:
@@ -273,14 +313,18 @@ class Forward:
         t_sent = time.perf_counter()
         try:
             for attempt in (1, 2):
-                try:
-                    relay, reused = await client.relay(self.path, self.content,
-                                                       headers={"X-Request-Id": row["request_id"]})
-                except ConnectFailed:
-                    await self._unreachable()
-                    return
+                if attempt == 1 and self.sent is not None:
+                    relay, reused, self.sent = self.sent, True, None
+                    t_sent = self.t_sent
+                else:
+                    try:
+                        relay, reused = await client.relay(self.path, self.content,
+                                                           headers={"X-Request-Id": row["request_id"]})
+                    except ConnectFailed:
+                        await self._unreachable()
+                        return
+                    t_sent = time.perf_counter() if attempt == 1 else t_sent
                 if attempt == 1:
-                    t_sent = time.perf_counter()
                     after = self.gw.config.tokenize_after_s
                     if after <= 0:
                         self._start_tokenize()  # after the request is on its way: never ahead of it
@@ -352,6 +396,45 @@ class Forward:
         self.usage.row.update(status=f"http_{relay.status}", http_status=status)
         await self._respond(status, body)
 
+    def _metered(self, meter: StreamMeter, block: bytes) -> bytes:
+        """A stream's block through the meter, the row updated: what the client gets of it."""
+        out = meter.feed(block)
+        row = self.usage.row
+        row["completion_tokens"] = meter.completion_tokens
+        if meter.prompt_tokens is not None:  # every prompt's, or the whole request's at the end
+            row.update(prompt_tokens=meter.prompt_tokens, prompt_source="usage")
+        return out
+
+    def _sent_out(self, meter: StreamMeter, relay: Relay) -> None:
+        """A stream's block was handed to the client."""
+        self.delivered = meter.done and meter.error is None
+        if self._first:
+            self._first_byte(self._t_sent, relay.t_first or self._t_sent)
+            self._answer_started()
+            self._first = False
+        total = meter.completion_tokens
+        if total - self.metered_completion >= METER_EVERY:
+            self._meter_completion(total)
+
+    def _direct(self, meter: StreamMeter, relay: Relay) -> Callable[[bytes, float], bool]:
+        """The hook of :class:`~roost.gateway.direct.DirectSink`: a block metered and written to the client
+        from the upstream connection's callback; False (nothing done) when the client's connection
+        cannot take it without waiting."""
+        stream = self.client_stream
+        assert stream is not None
+
+        def hook(block: bytes, _t: float) -> bool:
+            if not stream.writable:
+                return False
+            out = self._metered(meter, block)
+            if out:
+                stream.write(out)
+                self.started = True
+                self._sent_out(meter, relay)
+            return True
+
+        return hook
+
     def _first_byte(self, t_sent: float, t_upstream_first: float) -> None:
         now = time.perf_counter()
         row = self.usage.row
@@ -411,25 +494,28 @@ class Forward:
         await self.send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
             (b"x-request-id", row["request_id"].encode())]})
-        first = True
+        self._t_sent, self._first = t_sent, True
+        sink = DirectSink(relay, self._direct(meter, relay)) if self.client_stream is not None else None
+        source = sink if sink is not None and sink.install() else relay
         silence = self.gw.config.upstream_timeout_s
-        loop = asyncio.get_running_loop()
+        wait = silence
         try:
-            async with asyncio.timeout(silence) as cm:
-                while (block := await relay.read()) is not None:
-                    cm.reschedule(loop.time() + silence)
-                    out = meter.feed(block)
-                    row["completion_tokens"] = meter.completion_tokens
-                    if meter.prompt_tokens is not None:  # every prompt's, or the whole request's at the end
-                        row.update(prompt_tokens=meter.prompt_tokens, prompt_source="usage")
-                    if out:
-                        await self.send({"type": "http.response.body", "body": out, "more_body": True})
-                        self.delivered = meter.done and meter.error is None
-                        if first:
-                            self._first_byte(t_sent, relay.t_first or t_sent)
-                            self._answer_started()
-                            first = False
-                        self._meter_completion(meter.completion_tokens)
+            while True:
+                try:
+                    async with asyncio.timeout(wait):
+                        block = await source.read()
+                except TimeoutError:
+                    wait = silence - (time.perf_counter() - sink.last) if sink is not None else 0.0
+                    if wait <= 0:
+                        raise
+                    continue  # blocks went to the client directly meanwhile: silent since the last one only
+                wait = silence
+                if block is None:
+                    break
+                out = self._metered(meter, block)
+                if out:
+                    await self.send({"type": "http.response.body", "body": out, "more_body": True})
+                    self._sent_out(meter, relay)
             tail = meter.flush()
             if tail:
                 await self.send({"type": "http.response.body", "body": tail, "more_body": True})

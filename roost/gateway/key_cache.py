@@ -29,6 +29,7 @@ class KeyCache:
     def __init__(self, db: GatewayDB, refresh_s: float) -> None:
         self.db, self.refresh_s = db, refresh_s
         self._index: dict[str, list[tuple[str, Principal]]] = {}
+        self._seen: dict[str, Principal] = {}  # keys found in the index since it was loaded
         self.loaded_at = 0.0
         self._lookups = asyncio.Semaphore(self.LOOKUPS)
         self._task: asyncio.Task[None] | None = None
@@ -38,13 +39,26 @@ class KeyCache:
         index: dict[str, list[tuple[str, Principal]]] = {}
         for d, p in active.items():
             index.setdefault(d[:16], []).append((d, p))
-        self._index, self.loaded_at = index, time.monotonic()
+        self._index, self._seen, self.loaded_at = index, {}, time.monotonic()
 
     def _find(self, d: str) -> Principal | None:
         found = None
         for stored, p in self._index.get(d[:16], []):
             if same_digest(stored, d):
                 found = p
+        return found
+
+    def check_now(self, token: str | None) -> Principal | None:
+        """:meth:`check` for a key in the cache (no database lookup: None for any other). A key found is
+        remembered until the next reload (a revocation takes effect then, as for :meth:`check`), so
+        the next request with it costs a dictionary lookup, not a SHA-256."""
+        if not token or len(token) > 512:
+            return None
+        found = self._seen.get(token)
+        if found is None:
+            found = self._find(digest(token))
+            if found is not None and len(self._seen) < 65536:
+                self._seen[token] = found
         return found
 
     async def check(self, token: str | None) -> Principal | None:

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -109,10 +108,26 @@ def answer_texts(answer: Any) -> list[str]:
     return texts
 
 
-def secret_pattern(forms: Iterable[bytes]) -> re.Pattern[bytes] | None:
-    """Every form of every secret as one pattern (one search finds any of them); None for none."""
+class SecretForms:
+    """Every form of every secret; :meth:`search` finds any of them in bytes (a substring search per
+    form, each a fast scan in C: one regular expression alternating the forms costs about 17 ns a
+    byte, which a stream pays on every block)."""
+
+    def __init__(self, forms: list[bytes]) -> None:
+        self.forms = forms
+
+    def search(self, data: bytes) -> bytes | None:
+        """The first form ``data`` holds, or None."""
+        for form in self.forms:
+            if form in data:
+                return form
+        return None
+
+
+def secret_pattern(forms: Iterable[bytes]) -> SecretForms | None:
+    """Every form of every secret, one search finding any of them; None for none."""
     unique = sorted({f for f in forms if f}, key=len, reverse=True)
-    return re.compile(b"|".join(re.escape(f) for f in unique)) if unique else None
+    return SecretForms(unique) if unique else None
 
 
 class StreamMeter:
@@ -125,7 +140,7 @@ class StreamMeter:
 
     def __init__(self, *, client_include_usage: bool = True, client_continuous: bool = True, prompts: int = 1,
                  per_prompt: int = 1, error_event: Callable[[dict[str, Any]], bytes] | None = None,
-                 secrets: re.Pattern[bytes] | None = None, scrub: Callable[[bytes], bytes] | None = None) -> None:
+                 secrets: SecretForms | None = None, scrub: Callable[[bytes], bytes] | None = None) -> None:
         self.error_event = error_event
         self.scrub = scrub
         self._secrets = secrets if scrub is not None else None  # searched once a block, not per event and form
@@ -175,6 +190,10 @@ class StreamMeter:
 
     def feed(self, data: bytes) -> bytes:
         """Bytes from the backend -> bytes for the client (complete events only; a partial event waits)."""
+        if not self._buf and data.endswith(b"\n\n") and data.find(b"\n\n") == len(data) - 2:  # one whole event
+            if self._secrets is not None:
+                self._suspect = self._secrets.search(data) is not None
+            return self._event(data)
         self._buf += data
         if self._secrets is not None:
             self._suspect = self._secrets.search(self._buf) is not None

@@ -18,6 +18,7 @@ reversed by hashing the address book.
 from __future__ import annotations
 
 import hashlib
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -95,6 +96,9 @@ class UserLabels:
         return OTHER
 
 
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
 class GatewayMetrics:
     """One registry per gateway (tests run several in a process)."""
 
@@ -111,7 +115,7 @@ class GatewayMetrics:
         self.prompt_tokens = Counter(PROMPT_TOKENS, "Prompt (input) tokens metered.",
                                      ["key", "kind", "model"], registry=r)
         self.completion_tokens = Counter(COMPLETION_TOKENS,
-                                         "Completion (output) tokens metered, counted as they stream.",
+                                         "Completion (output) tokens metered, counted as they stream (every 16 tokens and at the end).",
                                          ["key", "kind", "model"], registry=r)
         self.errors = Counter("roost_gateway_errors", "Forwarded requests that did not end ok, by reason.",
                               ["key", "kind", "model", "reason"], registry=r)
@@ -142,13 +146,23 @@ class GatewayMetrics:
         self.user_prompt_tokens = Counter(USER_PROMPT_TOKENS, "Prompt (input) tokens metered per user.", who,
                                           registry=r)
         self.user_completion_tokens = Counter(USER_COMPLETION_TOKENS, "Completion (output) tokens metered per "
-                                              "user, counted as they stream.", who, registry=r)
+                                              "user, counted as they stream (every 16 tokens and at the end).", who, registry=r)
         self.user_ttft = Histogram(USER_TTFT, "Time to first byte per user, at the gateway: request received -> "
                                    "first byte of a 200 answer to the client (a stream's first chunk, a whole "
                                    "answer when it is sent).", who, buckets=TTFT_BUCKETS, registry=r)
         self.user_labels = Gauge(USER_LABELS, "Distinct forwarded users given a user label of their own (at most "
                                  "metrics_users; later ones are counted as other).", registry=r)
         self.user_labels.set_function(lambda: len(self.users.named))
+        self._children: dict[tuple[int, tuple[str, ...]], Counter | Gauge | Histogram] = {}
+
+    def child(self, metric: M, *labels: str) -> M:
+        """``metric.labels(*labels)``, looked up once per label set (the hot path asks for the same few
+        children on every request; no child is ever removed)."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found  # type: ignore[return-value]
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

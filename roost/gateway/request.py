@@ -98,8 +98,54 @@ def _prompt_count(prompt: Any, embeds: Any) -> int:
     return (0 if embeds is None else _seq_len(embeds)) + (0 if prompt is None else _seq_len(prompt))
 
 
+def _plain_reading(endpoint: Endpoint, body: dict[str, Any]) -> Reading | None:
+    """:func:`read_request`'s answer for a body whose fields it reads hold plain JSON values of their
+    own types (``stream`` a boolean, ``n`` an integer, ``stream_options`` an object of booleans, a
+    completion's ``prompt`` one text): the same answer without pydantic (the hot path); None for any
+    other body, which pydantic reads."""
+    stream = body.get("stream", False)
+    if stream is not True and stream is not False and stream is not None:
+        return None
+    n = body.get("n", 1)
+    if endpoint == "chat":
+        if n is None:
+            n = 1
+        prompts = 1
+    elif endpoint == "completions":
+        if type(body.get("prompt")) is not str or body.get("prompt_embeds") is not None:
+            return None
+        prompts = 1
+    else:
+        return None
+    if type(n) is not int:
+        return None
+    opts = body.get("stream_options")
+    include = continuous = False
+    if opts is not None:
+        if type(opts) is not dict or (opts and not stream):  # not stream: refused, with pydantic's message
+            return None
+        include, continuous = opts.get("include_usage", False), opts.get("continuous_usage_stats", False)
+        if any(v is not True and v is not False and v is not None for v in (include, continuous)):
+            return None
+    key = (bool(stream), n, prompts, bool(include), bool(include and continuous))
+    reading = _READINGS.get(key)
+    if reading is None:
+        reading = Reading.model_construct(stream=key[0], n=n, prompts=prompts, include_usage=key[3],
+                                          continuous_usage=key[4])
+        if len(_READINGS) < 256:  # the few readings requests have (n is the client's)
+            _READINGS[key] = reading
+    return reading
+
+
+_READINGS: dict[tuple[bool, int, int, bool, bool], Reading] = {}
+"""Readings of plain bodies, built once each (a reading is never changed)."""
+
+
 def read_request(endpoint: Endpoint, body: dict[str, Any]) -> Reading:
     """``body`` read as vLLM reads it for ``endpoint``; :class:`InvalidRequest` for what vLLM refuses."""
+    plain = _plain_reading(endpoint, body)
+    if plain is not None:
+        return plain
     cls = _MODELS.get(endpoint)
     if cls is None:  # embeddings: no stream, one answer
         return Reading(stream=False, n=1, prompts=1, include_usage=False, continuous_usage=False)

@@ -23,7 +23,8 @@ from typing import Any, Literal
 import httpx
 
 from roost.gateway import registry
-from roost.vllm.client import VllmClient, display_url, normalize_base_url
+from roost.gateway.upstream_client import UpstreamClient
+from roost.vllm.client import display_url, normalize_base_url
 
 log = logging.getLogger("roost.gateway")
 
@@ -52,9 +53,10 @@ class Upstream:
         self.url = normalize_base_url(url)
         self.name = display_url(self.url)  # what logs, metrics and usage rows show: no userinfo password
         self.source = source
-        self.client = VllmClient(self.url, api_key=upstream_key, connect_timeout_s=connect_timeout_s,
-                                 http_connections=connections)
+        self.client = UpstreamClient(self.url, api_key=upstream_key, connect_timeout_s=connect_timeout_s,
+                                     http_connections=connections)
         self.models: list[dict[str, Any]] = []
+        self.model_set: frozenset[str] = frozenset()  # the ids of models, for routing
         self.up = False
         self.status = "not polled yet"
         self.polled_at = 0.0
@@ -73,6 +75,7 @@ class Upstream:
         else:
             if answer.status_code == 200:
                 self.up, self.status, self.models = True, "ok", answer.data
+                self.model_set = frozenset(str(m["id"]) for m in answer.data)
             elif answer.status_code in (401, 403):
                 self.up, self.status = False, "refuses the upstream key (set VLLM_API_KEY to the key it was started with)"
             else:
@@ -189,8 +192,16 @@ class Router:
         return list(seen.values())
 
     def _candidates(self, model: str) -> tuple[list[Upstream], list[Upstream]]:
-        listing = [b for b in self.upstreams.values() if model in b.model_ids]
+        listing = [b for b in self.upstreams.values() if model in b.model_set]
         return [b for b in listing if b.up], listing
+
+    def resolve_now(self, model: str) -> Upstream | None:
+        """:meth:`resolve` when an upstream that is up lists ``model`` (no poll, nothing raised); else None."""
+        if len(self.upstreams) == 1:  # the usual gateway: one server
+            only = next(iter(self.upstreams.values()))
+            return only if only.up and model in only.model_set else None
+        up, _ = self._candidates(model)
+        return min(up, key=lambda b: (b.in_flight, next(self._rr))) if up else None
 
     async def resolve(self, model: str) -> Upstream:
         """The upstream to send a request for ``model`` to; ModelNotFound or UpstreamDown."""

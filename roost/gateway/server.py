@@ -49,7 +49,7 @@ def serve(gw: Gateway, host: str, port: int, *, access_log: bool = True,
     logger.setLevel(logging.INFO if access_log else logging.WARNING)
     logger.propagate = False
     book = ConnectionBook(limits, max_connections=raise_fd_limit(limits.max_connections),
-                          on_refused=lambda reason: gw.metrics.refused.labels(reason).inc())
+                          on_refused=lambda reason: gw.metrics.refused.labels(reason).inc(), early=gw.early)
     # uvicorn types timeout_keep_alive as int; it is handed to loop.call_later, which takes any seconds
     config = uvicorn.Config(gw.app, lifespan="on", http=protocol_class(book), ws="none", loop="none",
                             interface="asgi3", access_log=False, log_level="warning",

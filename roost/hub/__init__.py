@@ -14,7 +14,9 @@ One client for every repository roost reads from a Hub (a model's checkpoint, an
   connection of one endpoint and repository type), ``_redact`` (secrets out of the HTTP log lines),
   ``_retries`` (backoff), ``_files`` (file transfers), ``_http`` (``HubClient``: the API calls);
 - ``_local_folder``, ``_run``, ``_transfer``: the download directory's manifest and partial files, a
-  download's steps at a resolved commit, the parallel fetch (used through ``snapshot``);
+  download's steps at a resolved commit, the parallel fetch (used through ``snapshot``); ``_fetch``,
+  ``_parts``, ``_lanes``: one file's transfer (one stream, or ranged parts) hashed as its bytes arrive,
+  the parts and their sidecar, and how many connections run (from measured throughput);
 - ``mirror`` and ``publish``: a local Hub (olah on loopback) serving repositories published from
   directories, for the embedded demo and for tests.
 """

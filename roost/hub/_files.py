@@ -5,6 +5,8 @@
   where the server honours ``Range``, the start of the whole answer where it does not);
 - :meth:`FileTransfers.fetch_http`: append to a partial file from where it ends (HTTP ``Range``)
   until it holds the listed size, checking every size the server states against the listing;
+- :meth:`FileTransfers.fetch_range`: one slice of a file (a part of ``roost.hub._parts``), a 200
+  (a server that ignores ``Range``) handed back to the caller;
 - :meth:`FileTransfers.fetch_xet`: a Xet-stored file through ``hf_xet`` (when it is installed).
 
 Each is one attempt; the caller wraps it in :meth:`~roost.hub._session.HubSession.retry`.
@@ -30,6 +32,9 @@ from roost.inputs.text import shown
 
 log = logging.getLogger(__name__)
 
+SINK_BYTES = 1024 * 1024
+"""Bytes of a ranged answer's reads handed on together (about 1 MiB: written with one ``pwritev``, one
+lock taken for them; the network's 64 KiB reads one at a time cost more in Python than in the kernel)."""
 STREAM_CHUNK = 1024 * 1024
 """Bytes per read of a streamed transfer, at most (1 MiB): each network read is written as it arrives,
 so a transfer that stalls keeps what it received."""
@@ -110,8 +115,10 @@ class FileTransfers(HubSession):
         on_bytes: Callable[[int], None],
         stop: threading.Event,
         label: str = "",
+        on_chunk: Callable[[bytes], None] | None = None,
     ) -> int:
         """One attempt: append to ``part`` from where it ends (HTTP Range) until it holds ``size`` bytes.
+        ``on_chunk`` is given each run of bytes as it is appended (the digest computed as they arrive).
 
         Returns the number of bytes that were already on disk when this attempt started. A server that
         states another size for the file than the listing (Content-Length, Content-Range, X-Linked-Size)
@@ -129,7 +136,7 @@ class FileTransfers(HubSession):
             log.info("resuming %s at byte %d of %d", label or part.name, have, size)
         started = have
         while True:
-            whole_slice = self._fetch_answer(url, part, size, have, on_bytes, stop, label or part.name)
+            whole_slice = self._fetch_answer(url, part, size, have, on_bytes, stop, label or part.name, on_chunk)
             got = part.stat().st_size
             if got >= size:
                 return started
@@ -138,57 +145,117 @@ class FileTransfers(HubSession):
             have = got
 
     def _fetch_answer(self, url: str, part: Path, size: int, have: int, on_bytes: Callable[[int], None],
-                      stop: threading.Event, name: str) -> bool:
+                      stop: threading.Event, name: str, on_chunk: Callable[[bytes], None] | None = None) -> bool:
         """One request of :meth:`fetch_http`, appending its body to ``part`` (which holds ``have`` bytes).
         True when it was a 206 slice received whole (its Content-Range's last byte arrived)."""
         headers = {"range": f"bytes={have}-"} if have else {}
         with self._http.stream("GET", url, headers=headers) as r:
-            if r.status_code == 416:  # the partial file does not fit this object: start over
+            return self.take_answer(r, part, size, have, on_bytes, stop, name, on_chunk)
+
+    def _check_sizes(self, r: httpx.Response, size: int, name: str) -> None:
+        """Every size the answer states for the file must be the listing's (a CheckFailed otherwise)."""
+        for header, claimed in size_claims(r):
+            if claimed != size:
+                raise CheckFailed(
+                    f"{self.endpoint} serves {name} with {header} {claimed:,} bytes but its listing says "
+                    f"{size:,}: the server or the repository is inconsistent (nothing of this answer was "
+                    "kept); try again later or report it to the repository's owner"
+                )
+
+    def take_answer(self, r: httpx.Response, part: Path, size: int, have: int, on_bytes: Callable[[int], None],
+                    stop: threading.Event, name: str, on_chunk: Callable[[bytes], None] | None = None) -> bool:
+        """Append the body of the open answer ``r`` to ``part`` (which holds ``have`` bytes): a 206 from
+        ``have``, or a 200 whose first ``have`` bytes are skipped. True when it was a 206 slice received
+        whole."""
+        if r.status_code == 416:  # the partial file does not fit this object: start over
+            part.unlink(missing_ok=True)
+            raise TransferIncomplete(f"server refused range {have}- (416)")
+        if r.status_code >= 400:
+            raise self._refuse(r)
+        self._check_sizes(r, size, name)
+        pos = 0  # offset in the file of the body's next byte
+        last = size - 1
+        if r.status_code == 206:
+            span = content_range(r.headers.get("content-range", ""))
+            if span is None or span[0] != have:
                 part.unlink(missing_ok=True)
-                raise TransferIncomplete(f"server refused range {have}- (416)")
+                raise TransferIncomplete(f"server answered range from {span[0] if span else None}, asked {have}")
+            pos, last = have, min(span[1], size - 1)
+        elif have:
+            # The server ignored Range (olah's local mirror does): the bytes on disk stay, the
+            # same number of bytes at the head of the body is skipped.
+            log.info("server ignored the Range request; skipping the %d bytes already on disk", have)
+        with open(part, "ab") as f:
+            for chunk in r.iter_bytes():  # as each read arrives (a chunk_size would hold back up to it)
+                if stop.is_set():
+                    raise Stopped()
+                if pos + len(chunk) > size:
+                    f.close()
+                    part.unlink(missing_ok=True)
+                    raise CheckFailed(
+                        f"{self.endpoint} sent more than the {size:,} bytes its listing says {name} holds: "
+                        "the server or the repository is inconsistent; try again later or report it to "
+                        "the repository's owner"
+                    )
+                if pos < have:  # skipping what is on disk already
+                    keep = chunk[have - pos:]
+                    pos += len(chunk) - len(keep)
+                    chunk = keep
+                    if not chunk:
+                        continue
+                f.write(chunk)
+                pos += len(chunk)
+                on_bytes(len(chunk))
+                if on_chunk is not None:
+                    on_chunk(chunk)
+        return r.status_code == 206 and pos == last + 1
+
+    def fetch_range(self, url: str, start: int, end: int, size: int, sink: Callable[[list[bytes]], None],
+                    stop: threading.Event, name: str, *,
+                    on_ranged: Callable[[], None] | None = None,
+                    whole: Callable[[httpx.Response], None] | None = None) -> int:
+        """One request for bytes ``[start, end)`` of a file of ``size`` bytes; the reads of the body go to
+        ``sink`` in order, in batches of about :data:`SINK_BYTES`. Returns the bytes received (a server may send a shorter slice: ask again).
+
+        The answer must be a 206 whose Content-Range starts at ``start`` and ends before ``end``
+        (``on_ranged`` is told once it is), stating no other size than the listing's. A server that
+        ignores Range answers 200 with the whole file: ``whole(r)`` takes that answer when given (and
+        -1 is returned), else it is ``TransferIncomplete``."""
+        with self._http.stream("GET", url, headers={"range": f"bytes={start}-{end - 1}"}) as r:
             if r.status_code >= 400:
                 raise self._refuse(r)
-            for header, claimed in size_claims(r):
-                if claimed != size:
-                    raise CheckFailed(
-                        f"{self.endpoint} serves {name} with {header} {claimed:,} bytes but its listing says "
-                        f"{size:,}: the server or the repository is inconsistent (nothing of this answer was "
-                        "kept); try again later or report it to the repository's owner"
-                    )
-            pos = 0  # offset in the file of the body's next byte
-            last = size - 1
-            if r.status_code == 206:
-                span = content_range(r.headers.get("content-range", ""))
-                if span is None or span[0] != have:
-                    part.unlink(missing_ok=True)
-                    raise TransferIncomplete(f"server answered range from {span[0] if span else None}, asked {have}")
-                pos, last = have, min(span[1], size - 1)
-            elif have:
-                # The server ignored Range (olah's local mirror does): the bytes on disk stay, the
-                # same number of bytes at the head of the body is skipped.
-                log.info("server ignored the Range request; skipping the %d bytes already on disk", have)
-            with open(part, "ab") as f:
-                for chunk in r.iter_bytes():  # as each read arrives (a chunk_size would hold back up to it)
+            self._check_sizes(r, size, name)
+            if r.status_code != 206:
+                if whole is None:
+                    raise TransferIncomplete(f"server answered range {start}-{end - 1} of {name} with HTTP "
+                                             f"{r.status_code}")
+                whole(r)
+                return -1
+            span = content_range(r.headers.get("content-range", ""))
+            if span is None or span[0] != start or span[1] >= end:
+                raise TransferIncomplete(f"server answered range {start}-{end - 1} of {name} with Content-Range "
+                                         f"{shown(r.headers.get('content-range', 'none'), 60)}")
+            if on_ranged is not None:
+                on_ranged()
+            got, limit = 0, span[1] + 1 - start
+            batch: list[bytes] = []
+            batched = 0
+            try:
+                for data in r.iter_bytes():
                     if stop.is_set():
                         raise Stopped()
-                    if pos + len(chunk) > size:
-                        f.close()
-                        part.unlink(missing_ok=True)
-                        raise CheckFailed(
-                            f"{self.endpoint} sent more than the {size:,} bytes its listing says {name} holds: "
-                            "the server or the repository is inconsistent; try again later or report it to "
-                            "the repository's owner"
-                        )
-                    if pos < have:  # skipping what is on disk already
-                        keep = chunk[have - pos:]
-                        pos += len(chunk) - len(keep)
-                        chunk = keep
-                        if not chunk:
-                            continue
-                    f.write(chunk)
-                    pos += len(chunk)
-                    on_bytes(len(chunk))
-            return r.status_code == 206 and pos == last + 1
+                    if got + batched + len(data) > limit:
+                        raise TransferIncomplete(f"server sent more than the range {start}-{span[1]} of {name}")
+                    batch.append(data)
+                    batched += len(data)
+                    if batched >= SINK_BYTES:
+                        sink(batch)
+                        got, batch, batched = got + batched, [], 0
+            finally:  # what arrived is kept, even when the answer broke off (a retry asks for the rest)
+                if batch:
+                    sink(batch)
+                    got += batched
+            return got
 
     def fetch_xet(
         self, repo_id: str, commit: str, path: str, local_dir: Path, on_bytes: Callable[[int], None]

@@ -3,6 +3,7 @@
     <local_dir>/<path in the repo>                     the files, where vLLM reads them
     <local_dir>/.roost/download.json                   the manifest (:class:`Manifest`)
     <local_dir>/.roost/partial/<expected digest>.part  an interrupted transfer, resumed from its end
+    <local_dir>/.roost/partial/<...>.part.chunks       its parts done, for a transfer in ranged parts
     <local_dir>/.roost/download.lock                   held by the one process downloading here (``roost.fslock``)
     <local_dir>/.roost/corrupt/<path>.corrupt-<UTC>    a verified file found changed, set aside (:func:`set_aside`)
 
@@ -36,6 +37,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from roost.errors import UserError
+from roost.hub._parts import resumable_prefix
 from roost.hub.integrity import FileDigest, HubFile, Mismatch, hash_file
 from roost.inputs.files import kind_of
 from roost.inputs.text import shown
@@ -74,11 +76,9 @@ def partial_path(local_dir: Path, f: HubFile) -> Path:
 
 
 def partial_size(local_dir: Path, f: HubFile) -> int:
-    """Bytes of ``f`` already fetched by an interrupted transfer (at most its size)."""
-    try:
-        return min(partial_path(local_dir, f).stat().st_size, f.size)
-    except FileNotFoundError:
-        return 0
+    """Bytes of ``f`` already fetched by an interrupted transfer (at most its size): its partial file's
+    length, or for a transfer in ranged parts the contiguous prefix of parts its sidecar records done."""
+    return resumable_prefix(partial_path(local_dir, f), f.size)
 
 
 def corrupt_dir(local_dir: Path) -> Path:

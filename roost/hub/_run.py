@@ -10,7 +10,8 @@ through its steps, in order:
    recorded; a file roost had verified that no longer matches is set aside and fetched again; any
    other file is fetched;
 3. the disk must hold what is left to fetch plus a margin (a UserError with both numbers otherwise);
-4. the rest is fetched in parallel (resuming partial transfers) and each file verified as it lands.
+4. the rest is fetched in parallel (resuming partial transfers; a large file in ranged parts over
+   several connections, how many measured) and each file verified as its bytes arrive.
 
 A verified file is recorded in the manifest at once, so an interrupted run keeps what it verified.
 A corrupt copy set aside is named once the file is fetched again (a warning), in the run's
@@ -43,7 +44,7 @@ from roost.hub._local_folder import (
     plan_local_files,
     set_aside,
 )
-from roost.hub._transfer import Fetched, fetch_all, hash_on_disk
+from roost.hub._transfer import Fetched, connection_bound, fetch_all, hash_on_disk
 from roost.hub.integrity import HubFile, IntegrityError, Mismatch, check_digest
 from roost.hub.progress import ProgressCallback
 from roost.hub.spec import DownloadResult, DownloadSpec, FileRecord
@@ -163,14 +164,16 @@ class DownloadRun:
         return on_disk
 
     def fetch(self, client: HubClient, on_disk: dict[str, int], *, fetchers: ThreadPoolExecutor,
-              hashers: ThreadPoolExecutor, progress: ProgressCallback | None, interval: float,
+              hashers: ThreadPoolExecutor, connections: int, progress: ProgressCallback | None, interval: float,
               transfer: Literal["auto", "http"]) -> None:
-        """Step 4: fetch (resuming partial transfers) and verify each file as soon as it lands."""
+        """Step 4: fetch (resuming partial transfers) over up to ``connections`` connections, each file
+        verified as its last byte lands."""
         try:
             fetched, self.downloaded = fetch_all(
                 self.spec.repo_id, self.commit, self.local_dir, client, self.plan.to_fetch, on_disk,
-                fetchers=fetchers, hashers=hashers, stop=self.stop, writer=self.writer,
-                progress=progress, interval=interval, transfer=transfer,
+                fetchers=fetchers, hashers=hashers, stop=self.stop, writer=self.writer, progress=progress,
+                interval=interval,
+                transfer=transfer, connections=connections,
             )
         except IntegrityError as exc:
             raise _fetched_again_wrong(exc, self.corrupt) from None
@@ -233,7 +236,7 @@ def run_download(
     progress_interval: float,
     free_space: Callable[[Path], int],
     margin_bytes: int | None,
-    download_workers: int,
+    download_workers: int | None,
     hash_workers: int,
     transfer: Literal["auto", "http"],
     t0: float,
@@ -242,14 +245,15 @@ def run_download(
     verified: the steps of :class:`DownloadRun`, on thread pools that are shut down whatever happens."""
     run = DownloadRun.start(spec, commit, local_dir, manifest, everything, listing)
     hashers = ThreadPoolExecutor(max_workers=hash_workers, thread_name_prefix="roost-verify")
-    fetchers = ThreadPoolExecutor(max_workers=max(1, download_workers), thread_name_prefix="roost-fetch")
+    connections = connection_bound(download_workers)
+    fetchers = ThreadPoolExecutor(max_workers=connections, thread_name_prefix="roost-fetch")
     try:
         run.set_aside_changed_sizes()
         if run.plan.to_hash:
             run.hash_in_place(hashers, progress, progress_interval)
         on_disk = run.check_space(free_space, margin_bytes)
         if run.plan.to_fetch:
-            run.fetch(client, on_disk, fetchers=fetchers, hashers=hashers, progress=progress,
+            run.fetch(client, on_disk, fetchers=fetchers, hashers=hashers, connections=connections, progress=progress,
                       interval=progress_interval, transfer=transfer)
         run.writer.flush()
     except BaseException:

@@ -2,25 +2,30 @@
 
 Both run on thread pools the caller owns (``hashers``, ``fetchers``) and report progress through a
 :class:`~roost.hub.progress.ProgressMeter` on the caller's thread. A fetched file goes to its partial
-file first (``.roost/partial/``), is renamed into place when complete, then hashed; a verified file
-is recorded in the manifest at once, so an interrupted run keeps what it verified.
+file first (``.roost/partial/``), hashed as its bytes arrive (``roost.hub._fetch``: one stream, or
+ranged parts over several connections), and is renamed into place once its digest matches the
+listing: no second read of it. How many connections run is measured (``roost.hub._lanes.Ramp``).
+A verified file is recorded in the manifest at once, so an interrupted run keeps what it verified.
 """
 
 from __future__ import annotations
 
-import os
+import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
+from roost.hub._fetch import Bad, Done, FileJob, Outcome, Shared
 from roost.hub._files import xet_available
 from roost.hub._http import HubClient
-from roost.hub._local_folder import Fingerprint, ManifestWriter, hash_in_place, inside, partial_path
+from roost.hub._lanes import BUFFER_BYTES, MAX_CONNECTIONS, START_CONNECTIONS, Lanes, Ramp
+from roost.hub._local_folder import Fingerprint, ManifestWriter, hash_in_place
 from roost.hub.errors import Stopped
-from roost.hub.integrity import FileDigest, HubFile, IntegrityError, Mismatch, check_digest
+from roost.hub.integrity import FileDigest, HubFile, IntegrityError, Mismatch
 from roost.hub.progress import ProgressCallback, ProgressMeter
 
 T = TypeVar("T")
@@ -65,6 +70,11 @@ def hash_on_disk(
         yield f, digest, fp
 
 
+def connection_bound(download_workers: int | None) -> int:
+    """Connections at most: ``download_workers`` when given (at least 1), else :data:`MAX_CONNECTIONS`."""
+    return max(1, download_workers) if download_workers is not None else MAX_CONNECTIONS
+
+
 def fetch_all(
     repo_id: str,
     commit: str,
@@ -74,30 +84,54 @@ def fetch_all(
     on_disk: dict[str, int],
     *,
     fetchers: ThreadPoolExecutor,
-    hashers: ThreadPoolExecutor,
+    hashers: ThreadPoolExecutor | None = None,
     stop: threading.Event,
     writer: ManifestWriter,
     progress: ProgressCallback | None,
     interval: float,
     transfer: Literal["auto", "http"],
+    connections: int = MAX_CONNECTIONS,
+    ramp: Ramp | None = None,
 ) -> tuple[list[Fetched], int]:
-    """Fetch ``files`` in parallel, verify each as it lands; return them and the bytes written.
+    """Fetch ``files`` over up to ``connections`` connections (``fetchers`` has as many threads), each
+    verified as its last byte lands (a ranged file's parts hashed in order on ``hashers``); return them
+    and the bytes written.
 
     ``on_disk`` maps each path to the bytes its partial file already holds. A file that does not
     match the listing stops the other transfers and fails the run with :class:`IntegrityError`.
+    ``ramp`` (default: from :data:`START_CONNECTIONS` up to ``connections``) sets how many run.
     """
-    use_xet = transfer == "auto" and xet_available()
     total = sum(f.size - on_disk[f.path] for f in files)
     meter = ProgressMeter(progress, "download", total, len(files), interval)
     hash_meter = ProgressMeter(progress, "verify", sum(f.size for f in files), len(files), interval)
+    ramp = ramp or Ramp(START_CONNECTIONS, connections)
+    outcomes: queue.Queue[Outcome] = queue.Queue()
+    lanes: Lanes | None = None
 
-    def fetch(f: HubFile) -> int:
-        return fetch_one(client, repo_id, commit, local_dir, f, meter.counter.add, stop, use_xet=use_xet)
+    def release(n: int) -> None:
+        assert lanes is not None
+        lanes.release(n)
 
+    def poke() -> None:
+        assert lanes is not None
+        lanes.poke()
+
+    shared = Shared(client, repo_id, commit, local_dir, stop, meter.counter.add, hash_meter.counter.add, outcomes,
+                    connections, release, poke, use_xet=transfer == "auto" and xet_available(),
+                    hash_on=None if hashers is None else hashers.submit)
     # biggest first: the long transfers start at once, the small ones fill the gaps
-    order = sorted(files, key=lambda f: f.size, reverse=True)
-    downloads: dict[Future[int], HubFile] = {fetchers.submit(fetch, f): f for f in order}
-    out, bad = _verify_as_they_land(downloads, local_dir, hashers, stop, writer, meter, hash_meter)
+    jobs = [FileJob(f, shared) for f in sorted(files, key=lambda f: f.size, reverse=True)]
+    lanes = Lanes(jobs, target=ramp.target, budget=BUFFER_BYTES, stop=stop)
+    workers = [fetchers.submit(_work, lanes, slot) for slot in range(connections)]
+    try:
+        out, bad = _collect(outcomes, workers, len(files), writer, stop, lanes, ramp, meter, hash_meter)
+    except BaseException:
+        stop.set()  # the other transfers end; their partial files stay
+        raise
+    finally:
+        wait(workers)
+        for job in jobs:
+            job.close()
     if bad:
         raise IntegrityError(
             bad, "the fetched bytes do not match the Hub's listing; run again to fetch the named files anew"
@@ -106,96 +140,55 @@ def fetch_all(
     return out, meter.counter.value
 
 
-def fetch_one(
-    client: HubClient,
-    repo_id: str,
-    commit: str,
-    local_dir: Path,
-    f: HubFile,
-    on_bytes: Callable[[int], None],
-    stop: threading.Event,
-    *,
-    use_xet: bool,
-) -> int:
-    """Fetch one file (with retries) to its place in ``local_dir``: through hf_xet when ``use_xet`` and
-    the Hub stores it in Xet, else over HTTP to its partial file, renamed into place once complete.
-    Returns the bytes the partial file held when the final attempt started (0 through hf_xet)."""
-    dest = inside(local_dir, f.path)  # resolved: never outside local_dir, whatever symlinks it holds
-    ctx = client.context(repo_id, commit, f.path)
-    if use_xet and f.xet_hash:
-        client.retry(
-            lambda: client.fetch_xet(repo_id, commit, f.path, local_dir, on_bytes),
-            what=f"fetching {f.path} (xet)",
-            ctx=ctx,
-            stop=stop,
-        )
-        return 0
-    part = inside(local_dir, partial_path(local_dir, f).relative_to(local_dir).as_posix())
-    part.parent.mkdir(parents=True, exist_ok=True)
-    url = client.file_url(repo_id, commit, f.path)
-    resumed = client.retry(
-        lambda: client.fetch_http(url, part, f.size, on_bytes, stop, f.path),
-        what=f"fetching {f.path}",
-        ctx=ctx,
-        progress_marker=lambda: part.stat().st_size if part.exists() else 0,
-        stop=stop,
-    )
-    dest = inside(local_dir, f.path)  # again, just before the rename: a symlink made meanwhile is refused too
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(part, dest)
-    return resumed
+def _work(lanes: Lanes, slot: int) -> None:
+    while (work := lanes.take(slot)) is not None:
+        work()
 
 
-def _verify_as_they_land(
-    downloads: dict[Future[int], HubFile],
-    local_dir: Path,
-    hashers: ThreadPoolExecutor,
-    stop: threading.Event,
+def _collect(
+    outcomes: queue.Queue[Outcome],
+    workers: list[Future[None]],
+    count: int,
     writer: ManifestWriter,
+    stop: threading.Event,
+    lanes: Lanes,
+    ramp: Ramp,
     meter: ProgressMeter,
     hash_meter: ProgressMeter,
 ) -> tuple[list[Fetched], list[Mismatch]]:
-    """Wait on the fetches; hash each file as it lands and record it in the manifest when it matches.
-    A mismatch sets ``stop`` (the other transfers end; their partial files stay). Returns the files
-    verified and the mismatches found."""
-    verifies: dict[Future[tuple[FileDigest, Fingerprint]], HubFile] = {}
-    resumed_from: dict[str, int] = {}
+    """Wait on the files' outcomes (ticking the meters, setting the lanes' target from the ramp); record
+    each verified file in the manifest at once. A mismatch has stopped the run; an error is raised."""
     out: list[Fetched] = []
     bad: list[Mismatch] = []
-    pending: set[Future[Any]] = set(downloads)
-    fetching = len(downloads)
+    settled: set[str] = set()  # a file in parts may fail on several workers: it counts once
     meter.tick(force=True)
-    while pending:
-        done, pending = wait(pending, timeout=meter.interval, return_when=FIRST_COMPLETED)
-        for fut in done:
-            if fut in downloads:
-                f = downloads[fut]
-                fetching -= 1
-                try:
-                    resumed_from[f.path] = fut.result()
-                except Stopped:
-                    continue
-                meter.files_done += 1
-                vf = hashers.submit(hash_in_place, local_dir, f, hash_meter.counter.add)
-                verifies[vf] = f
-                pending.add(vf)
-                if fetching == 0:
-                    meter.tick(force=True)  # the download phase ends here; verification may go on
-                    hash_meter.restart_clock()
-            else:
-                f = verifies[fut]
-                digest, fp = fut.result()
-                hash_meter.files_done += 1
-                mismatch = check_digest(f, digest, note="as fetched")
-                if mismatch is not None:
-                    writer.forget(f.path)
-                    bad.append(mismatch)
-                    stop.set()
-                    continue
-                writer.record(f, digest, fp)
-                out.append(Fetched(f, digest, resumed_from.get(f.path, 0)))
-        if fetching:
+    while len(settled) < count:
+        try:
+            o = outcomes.get(timeout=min(meter.interval, ramp.window_s / 2))
+        except queue.Empty:
+            if stop.is_set() and all(w.done() for w in workers) and outcomes.empty():
+                break  # stopped: the workers ended without an outcome for some files (a file's last parts
+                # may still be hashing on the hashers when the fetch workers are done: no break then)
+            lanes.set_target(ramp.observe(time.monotonic(), meter.counter.value))
             meter.tick()
-        else:
-            hash_meter.tick()
+            continue
+        if isinstance(o, Done):
+            settled.add(o.file.path)
+            meter.files_done += 1
+            hash_meter.files_done += 1
+            writer.record(o.file, o.digest, o.fingerprint)
+            out.append(Fetched(o.file, o.digest, o.resumed_from))
+        elif isinstance(o, Bad):
+            settled.add(o.file.path)
+            writer.forget(o.file.path)
+            bad.append(o.mismatch)
+            stop.set()
+        elif not isinstance(o.error, Stopped):
+            raise o.error
+        lanes.set_target(ramp.observe(time.monotonic(), meter.counter.value))
+        meter.tick()
+    if len(settled) < count and not bad:
+        raise Stopped()  # the run was stopped from outside this fetch (nothing here failed)
+    meter.tick(force=True)  # the download phase ends with its last file
+    hash_meter.restart_clock()
     return out, bad

@@ -15,10 +15,13 @@
    and the bytes fetched again;
 5. checks free space against the bytes still to fetch plus a margin, refusing early with both numbers;
 6. fetches the rest in parallel over HTTP, resuming each interrupted transfer from its partial file
-   (``.roost/partial/``) with an HTTP ``Range`` request; with ``transfer="auto"``, files the Hub serves
-   from Xet storage go through ``hf_xet`` when it is installed (resume then happens per file);
-7. verifies each fetched file as soon as it lands (size, and sha256 or git blob id against the listing),
-   in a thread pool, and records it in the manifest.
+   (``.roost/partial/``) with an HTTP ``Range`` request; a large file comes in ranged parts over several
+   connections when the server honours ``Range`` (one stream when it does not), and the number of
+   connections grows while the aggregate throughput does (``_lanes``); with ``transfer="auto"``, files
+   the Hub serves from Xet storage go through ``hf_xet`` when it is installed (resume then happens per file);
+7. verifies each fetched file as its bytes arrive (size, and sha256 or git blob id against the listing,
+   hashed in order as the file's prefix grows: no second read), renames it into place when it matches,
+   and records it in the manifest.
 
 Before anything: ``local_dir`` must be usable (:func:`usable_local_dir`: a directory or absent, under a
 writable directory, with a path short enough), and the endpoint and token well formed
@@ -34,7 +37,8 @@ the found digest.
 The pieces: ``spec`` (the stage's input and output models), ``errors`` (faults and their sentences),
 ``_endpoint`` (endpoint, token, timeouts), ``_http`` (the Hub calls: ``_session``, ``_files``),
 ``_retries`` (backoff), ``_local_folder`` (manifest, fingerprints, partial files, the plan), ``_run``
-(steps 4 to 7 at a resolved commit), ``_transfer`` (hashing in place, parallel fetch), ``progress``
+(steps 4 to 7 at a resolved commit), ``_transfer`` (hashing in place, parallel fetch), ``_fetch``,
+``_parts`` and ``_lanes`` (one file's transfer, ranged parts, connections), ``progress``
 (the progress reports), ``integrity`` (digests).
 """
 
@@ -209,7 +213,7 @@ def download_and_verify(
     progress_interval: float = 0.5,
     free_space: Callable[[Path], int] = free_bytes,
     margin_bytes: int | None = None,
-    download_workers: int = 4,
+    download_workers: int | None = None,
     hash_workers: int | None = None,
     retry: RetryPolicy | None = None,
     transfer: Literal["auto", "http"] = "http",
@@ -219,7 +223,9 @@ def download_and_verify(
     ``endpoint`` defaults to ``HF_ENDPOINT`` (read at call time) else huggingface.co; ``token`` to
     ``HF_TOKEN``. ``progress`` is called on this thread at most every ``progress_interval`` seconds.
     ``free_space(path)`` returns free bytes (inject it to test the preflight); ``margin_bytes`` defaults
-    to max(512 MiB, 2% of what is left to fetch). ``transfer="http"`` (the default) fetches every
+    to max(512 MiB, 2% of what is left to fetch). ``download_workers`` bounds the connections (default
+    16; roost starts with 2 and adds more while the aggregate throughput rises; 1: one connection, one
+    request at a time). ``transfer="http"`` (the default) fetches every
     file over HTTP; ``"auto"`` uses hf_xet for Xet-stored files when it is installed.
     A file roost verified before that has changed since is set aside under ``.roost/corrupt/`` and
     fetched again (one warning names it); the run goes on.
@@ -254,7 +260,7 @@ def _download_held(
     progress_interval: float,
     free_space: Callable[[Path], int],
     margin_bytes: int | None,
-    download_workers: int,
+    download_workers: int | None,
     hash_workers: int | None,
     retry: RetryPolicy | None,
     transfer: Literal["auto", "http"],

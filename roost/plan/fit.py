@@ -14,10 +14,10 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
+from roost.checkpoint.findings import Finding
 from roost.checkpoint.layout import TensorClass
 from roost.hosts import HostProfile
 from roost.plan.args import ServeArgs
-from roost.records import Finding
 from roost.units import GB, GiB
 
 

@@ -19,13 +19,13 @@ from pydantic import BaseModel, Field
 from roost.checkpoint.audit import CheckpointAudit, audit_checkpoint
 from roost.checkpoint.config import ModelConfigInfo
 from roost.checkpoint.files import CheckpointFiles
+from roost.checkpoint.findings import Finding
 from roost.checkpoint.layout import TENSOR_CLASSES
 from roost.checkpoint.model import ExpertLayout, QuantSummary
 from roost.hosts import HostProfile
 from roost.plan.args import derive_vllm_args, serve_kv_model
 from roost.plan.fit import decode_ceiling_tok_s, fit_check, fit_findings, load_weight_bytes
 from roost.plan.kv import rules_for_host
-from roost.records import Finding
 from roost.units import GB, KiB, format_bytes, format_memory
 
 

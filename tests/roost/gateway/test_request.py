@@ -178,3 +178,51 @@ def test_forwarded_users_are_one_string_however_they_were_sent() -> None:
     assert forwarded_user(b"  \t ") is None and forwarded_user(None) is None
     assert forwarded_user(b"a\x00b\x7fc") == "abc"
     assert len(forwarded_user(b"x" * 1000) or "") == 320
+
+
+_FIELD_VALUES: dict[str, list[Any]] = {
+    "stream": ["absent", True, False, None, "true", 1, 0],
+    "n": ["absent", 1, 3, 0, -1, None, True, "2", 2.0],
+    "stream_options": ["absent", None, {}, {"include_usage": True}, {"include_usage": False},
+                       {"include_usage": True, "continuous_usage_stats": True}, {"include_usage": None},
+                       {"include_usage": "yes"}, {"continuous_usage_stats": True}, [], "x"],
+    "prompt": ["absent", "one text", None, ["a", "b"], [1, 2, 3]],
+}
+
+
+def _bodies() -> list[dict[str, Any]]:
+    import itertools
+
+    out = []
+    for values in itertools.product(*_FIELD_VALUES.values()):
+        body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        body.update({k: v for k, v in zip(_FIELD_VALUES, values, strict=True) if not (isinstance(v, str) and v == "absent")})
+        out.append(body)
+    return out
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_the_plain_reading_of_the_hot_path_is_pydantics_reading(endpoint: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The door's hot path reads plain bodies without pydantic: for every body, what it reads (or refuses)
+    is what the pydantic models read."""
+    import roost.gateway.request as request
+
+    def outcome(body: dict[str, Any]) -> Any:
+        try:
+            return read_request(endpoint, body).model_dump()
+        except InvalidRequest as exc:
+            return ("refused", exc.message, exc.param)
+
+    bodies = _bodies()
+    fast = [outcome(b) for b in bodies]
+    monkeypatch.setattr(request, "_plain_reading", lambda _e, _b: None)  # pydantic for every body
+    assert fast == [outcome(b) for b in bodies]
+
+
+def test_secret_forms_find_every_form_anywhere() -> None:
+    forms = secret_pattern(f.encode() for f in (KEY, *(f for f in (base64.b64encode(KEY.encode()).decode(),))))
+    assert forms is not None
+    assert forms.search(b"data: " + KEY.encode() + b"\n\n") is not None
+    assert forms.search(b"x" + base64.b64encode(KEY.encode()) + b"y") is not None
+    assert forms.search(b"data: {\"choices\": []}\n\n") is None
+    assert secret_pattern([b"", b""]) is None

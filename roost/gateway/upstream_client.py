@@ -1,0 +1,78 @@
+"""The gateway's client of one upstream: :class:`~roost.vllm.client.VllmClient`, plus a request written
+at once when a kept-alive connection is idle (:meth:`UpstreamClient.relay_now`).
+
+``VllmClient.relay`` is a coroutine: the forwarding code awaits it, so its write waits for the task
+that runs it. :meth:`~UpstreamClient.relay_now` writes the same request synchronously (from the
+HTTP protocol's callback that completed the client's request, before any task runs) when the pool
+holds an idle connection that may be reused, and says ``None`` otherwise: the caller then opens one
+with ``relay``. The request bytes are the same (``relay``'s head, the request id, the length).
+"""
+
+from __future__ import annotations
+
+import time
+
+from roost.vllm.client import VllmClient
+from roost.vllm.relay import Relay
+from roost.vllm.timed_net import Connection, ConnectionPool
+
+KEEPALIVE_S = 20.0
+"""Idle upstream connections younger than this are reused (``VllmClient``'s pool: 2 s). A server that
+closes an idle connection says so (vLLM's uvicorn after 5 s): the connection is then closed here and
+never reused; a close that crosses the request's write is the one case ``Forward`` sends again (not a
+byte came back). A burst of requests after a few seconds' pause then finds its connections open,
+instead of opening one each before its request can go."""
+
+
+class _Pool(ConnectionPool):
+    """The streaming pool, able to hand out an idle connection without awaiting, keeping idle ones
+    :data:`KEEPALIVE_S`."""
+
+    def _fresh(self, conn: Connection, now: float) -> bool:
+        return conn.reusable and not conn.closed and conn.idle and now - conn.idle_since < KEEPALIVE_S
+
+    def take_idle(self) -> Connection | None:
+        """An idle connection that may be reused now (stale ones closed), or None."""
+        now = time.monotonic()
+        while self._idle:
+            conn = self._idle.pop()
+            if self._fresh(conn, now):
+                return conn
+            self._discard(conn)
+        return None
+
+
+class UpstreamClient(VllmClient):
+    """A :class:`VllmClient` whose streaming pool can write a request synchronously."""
+
+    def __init__(self, base_url: str, *, api_key: str | None, connect_timeout_s: float, http_connections: int) -> None:
+        super().__init__(base_url, api_key=api_key, connect_timeout_s=connect_timeout_s,
+                         http_connections=http_connections)
+        old = self._streams  # empty: nothing was opened yet
+        self._streams = self._pool = _Pool(old.host, old.port, ssl_context=old.ssl_context,
+                                           connect_timeout_s=old.connect_timeout_s)
+
+    def request_bytes(self, path: str, body: bytes, request_id: str) -> bytes:
+        """What ``relay(path, body, headers={"X-Request-Id": request_id})`` writes."""
+        head = self._relay_heads.get(path)
+        if head is None:
+            return b""  # built by relay's first call; until then relay_now leaves the request to relay
+        rid = request_id if "\n" not in request_id and "\r" not in request_id else ""
+        extra = f"X-Request-Id: {rid}\r\n" if rid else ""
+        return head + f"{extra}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
+
+    def relay_now(self, path: str, body: bytes, request_id: str) -> Relay | None:
+        """The request written on an idle kept-alive connection (a reused one), or None when there is
+        none (or the request head is not built yet): :meth:`relay` then."""
+        data = self.request_bytes(path, body, request_id)
+        if not data:
+            return None
+        while (conn := self._pool.take_idle()) is not None:
+            relay = Relay(conn)
+            try:
+                conn.start(data, relay)
+            except ConnectionResetError:  # closed between the pool and the write: nothing was sent
+                self._pool.release(conn)
+                continue
+            return relay
+        return None
