@@ -5,7 +5,7 @@ at once when a kept-alive connection is idle (:meth:`UpstreamClient.relay_now`).
 that runs it. :meth:`~UpstreamClient.relay_now` writes the same request synchronously (from the
 HTTP protocol's callback that completed the client's request, before any task runs) when the pool
 holds an idle connection that may be reused, and says ``None`` otherwise: the caller then opens one
-with ``relay``. The request bytes are the same (``relay``'s head, the request id, the length).
+with ``relay``. The request bytes are the same (``relay_request``).
 """
 
 from __future__ import annotations
@@ -52,27 +52,11 @@ class UpstreamClient(VllmClient):
         self._streams = self._pool = _Pool(old.host, old.port, ssl_context=old.ssl_context,
                                            connect_timeout_s=old.connect_timeout_s)
 
-    def request_bytes(self, path: str, body: bytes, request_id: str) -> bytes:
-        """What ``relay(path, body, headers={"X-Request-Id": request_id})`` writes."""
-        head = self._relay_heads.get(path)
-        if head is None:
-            return b""  # built by relay's first call; until then relay_now leaves the request to relay
-        rid = request_id if "\n" not in request_id and "\r" not in request_id else ""
-        extra = f"X-Request-Id: {rid}\r\n" if rid else ""
-        return head + f"{extra}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
-
     def relay_now(self, path: str, body: bytes, request_id: str) -> Relay | None:
         """The request written on an idle kept-alive connection (a reused one), or None when there is
-        none (or the request head is not built yet): :meth:`relay` then."""
-        data = self.request_bytes(path, body, request_id)
-        if not data:
-            return None
+        none: :meth:`relay` then."""
+        data = self.relay_request(path, body, {"X-Request-Id": request_id} if request_id else None)
         while (conn := self._pool.take_idle()) is not None:
-            relay = Relay(conn)
-            try:
-                conn.start(data, relay)
-            except ConnectionResetError:  # closed between the pool and the write: nothing was sent
-                self._pool.release(conn)
-                continue
-            return relay
+            if (relay := self.start_on(conn, data)) is not None:
+                return relay
         return None

@@ -249,21 +249,33 @@ class VllmClient:
         may send it again). The gateway forwards requests through this: the server's key and URL
         handling are this client's. Raises :class:`ConnectFailed` when the server takes no
         connection. The caller ends it with :meth:`release`."""
+        data = self.relay_request(path, body, headers)
+        for _attempt in (1, 2):
+            conn, reused = await self._streams.acquire()
+            if (relay := self.start_on(conn, data)) is not None:
+                return relay, reused
+        raise ConnectFailed("the connection closed before the request was sent")
+
+    def relay_request(self, path: str, body: bytes, headers: Mapping[str, str] | None = None) -> bytes:
+        """The bytes :meth:`relay` writes for ``POST path`` with ``body`` (a header with CR or LF in it is
+        left out)."""
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items() if "\n" not in k + v and "\r" not in k + v)
         request = self._relay_heads.get(path)
         if request is None:
             request = self._relay_heads[path] = _request_head(urlsplit(self.base_url), path, self._headers)
-        data = request + f"{extra}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
-        for _attempt in (1, 2):
-            conn, reused = await self._streams.acquire()
-            relay = Relay(conn)
-            try:
-                conn.start(data, relay)
-            except ConnectionResetError:  # closed between the pool and the write: nothing was sent
-                self._streams.release(conn)
-                continue
-            return relay, reused
-        raise ConnectFailed("the connection closed before the request was sent")
+        return request + f"{extra}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
+
+    def start_on(self, conn: Connection, data: bytes) -> Relay | None:
+        """``data`` written on ``conn`` from the streaming pool, its answer to come on the returned
+        :class:`Relay`; None when the connection closed before the write (nothing was sent; it goes
+        back to the pool, which drops it)."""
+        relay = Relay(conn)
+        try:
+            conn.start(data, relay)
+        except ConnectionResetError:
+            self._streams.release(conn)
+            return None
+        return relay
 
     def release(self, relay: Relay) -> None:
         """Give a relayed request's connection back: kept for the next request when its response was
