@@ -21,6 +21,7 @@ The worker killed mid-run is tested in ``tests/deployments/test_land_deployment.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import os
 import signal
@@ -42,7 +43,7 @@ from support.processes import vllm_processes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deployments"))
 from roost_workers import POOL, run_setup
-from support.flow_logs import run_log_text
+from support.flow_logs import run_log_text, run_logs
 from support.prefect_server import PrefectServer, using_api
 from support.wait import verdict, wait_for
 from support.workers import Worker, start_worker, wait_final
@@ -209,10 +210,19 @@ def scenario(own_prefect: PrefectServer, worker: Worker) -> dict[str, Any]:
         verdict(lambda: sampler.has_read(second.pid), timeout_s=RUN_TIMEOUT_S)  # ... and while B's server loads
         with get_client(sync_client=True) as client:  # B has shown it could start: no second cold load is paid
             client.set_flow_run_state(b.id, Cancelling(message="the fault test has seen what it needed"))
+        cancelled_at, cancel_t = datetime.datetime.now(datetime.UTC), time.monotonic()
         fb = wait_final(b.id, RUN_TIMEOUT_S)
         left = {"servers": process_servers(HOST), "processes": vllm_processes()}
-        with host_slot(HOST, timeout_s=20) as after:  # the next landing on the host gets the slot at once
-            pass
+        try:
+            with host_slot(HOST, timeout_s=20) as after:  # the next landing on the host gets the slot at once
+                pass
+        except TimeoutError as exc:  # what B did with the slot, and what the worker did with B, say why
+            b_log = [f"{line.timestamp:%H:%M:%S.%f} {line.message[:160]}" for line in run_logs(b.id)]
+            since = [(round(x.t - cancel_t, 1), x.slot, x.servers) for x in sampler.samples if x.t > cancel_t]
+            raise AssertionError(f"{exc}; B was cancelled at {cancelled_at:%H:%M:%S.%f} and ended {fb.state.type.value}"
+                                 f" at {fb.state.timestamp:%H:%M:%S.%f} ({fb.state.message!r}); B's last lines: "
+                                 f"{b_log[-12:]}; (s after the cancel, slot, servers) sampled since: {since[-20:]}; "
+                                 f"the worker's log ends: {worker.log.read_text()[-3000:]}") from exc
     finally:
         sampler.done.set()
         watcher.join(timeout=10)
