@@ -217,7 +217,9 @@ class FileJob:
             if self.mode == "stream":
                 self.resumed_from = self._stream_attempt()
                 return self.resumed_from
-            return self._part_attempt(first, on_ranged=opened if first.got == 0 else None, whole=whole)
+            if self.mode == "ranged":  # a 206 opened the parts: a 200 now is refused (whole() would close
+                return self._part_attempt(first)  # the partial file under the other parts' writes)
+            return self._part_attempt(first, on_ranged=opened, whole=whole)
 
         self._retry(attempt, lambda: first.got if self.mode != "stream" else self._on_disk())
         if self.mode == "stream":

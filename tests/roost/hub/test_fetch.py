@@ -11,7 +11,9 @@ import hashlib
 import json
 import os
 import sys
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 from hub_samples import REPO, SharedHub, sha256_of
@@ -205,3 +207,61 @@ def test_a_resumed_transfer_reads_back_only_its_prefix(shared_hub: SharedHub, tm
     assert result.files[0].resumed_from == 1_000_000 and result.downloaded_bytes == size - 1_000_000
     assert min(s for s, _ in covered([r for r, _ in shard_gets(hub, SHARD)])) == 1_000_000
     assert sha256_of(dl / SHARD) == sha
+
+
+class RangeLostMidFirstPart(RangeHub):
+    """FAKE fault (no real server can be made to do it on cue): the shard's first part breaks off after
+    ``CUT`` bytes, and the retry of that part is answered ``200`` with the whole file, as by a node that
+    ignores ``Range``, while the other parts are already being fetched from nodes that honour it."""
+
+    CUT = 100_000
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.cut = self.ignored = False
+
+    def serve(self, handler: BaseHTTPRequestHandler) -> bool:
+        asked = handler.headers.get("range") or ""
+        if not handler.path.endswith("/" + SHARD) or not asked.startswith("bytes="):
+            return super().serve(handler)
+        start = int(asked.removeprefix("bytes=").split("-")[0])
+        if start == 0 and not self.cut:
+            self.cut = True
+            parts = unquote(urlsplit(handler.path).path).lstrip("/").split("/")
+            blob = self._blob(f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:]))
+            assert isinstance(blob, Path)
+            size = blob.stat().st_size
+            with self._lock:
+                self.gets.append((SHARD, asked, 206))
+                self.sent.append(self.CUT)
+            handler.send_response(206)
+            handler.send_header("Content-Range", f"bytes 0-{PART - 1}/{size}")
+            handler.send_header("Content-Length", str(PART))
+            handler.end_headers()
+            handler.wfile.write(blob.read_bytes()[: self.CUT])
+            handler.wfile.flush()
+            handler.close_connection = True
+            return True
+        if start == self.CUT and not self.ignored:
+            self.ignored = True
+            del handler.headers["Range"]
+        return super().serve(handler)
+
+
+def test_a_200_to_a_parts_retry_once_the_parts_are_open_is_refused_and_asked_again(
+    shared_hub: SharedHub, tmp_path: Path
+) -> None:
+    """The probe's 200 is the file's one stream; a 200 to the first part's retry, after a 206 opened the
+    parts to the other connections, is not: taking it would close the partial file under their writes.
+    It is refused and the part asked for again; the file lands byte-exact."""
+    # a slow link (0.8 s a part): the other parts are under way when the first one's retry is answered
+    with RangeLostMidFirstPart(shared_hub.endpoint, shared_hub.mirrors_root, delay_s=0.1, chunk=32 * 1024) as hub:
+        result = download_and_verify(DownloadSpec(repo_id=REPO, allow_patterns=[SHARD]), tmp_path / "dl",
+                                     endpoint=hub.endpoint)
+    first_part = [(rng, status) for rng, status in shard_gets(hub, SHARD)
+                  if rng is None or rng.startswith("bytes=0-") or rng.startswith(f"bytes={hub.CUT}-")]
+    assert hub.cut and hub.ignored
+    assert [s for _, s in first_part] == [206, 200, 206], first_part  # cut, the whole file refused, the rest
+    [shard] = result.files
+    assert shard.verified and shard.sha256 == sha256_of(shared_hub.main_src / SHARD) == sha256_of(tmp_path / "dl" / SHARD)
+    assert not partial_dir(tmp_path / "dl").exists()
