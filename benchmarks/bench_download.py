@@ -82,6 +82,9 @@ from typing import Any, NoReturn
 import httpx
 from _table import Row, add_json_argument, judged, write_rows
 
+from roost.hub.integrity import git_blob_header
+from roost.hub.publish import lfs_pointer
+
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 VENV_BIN = Path(sys.executable).parent
@@ -134,7 +137,7 @@ def make_repo(data: Path, repo_id: str, files: dict[str, int], seed: int) -> Non
     entries = []
     for path, size in files.items():
         lfs = path.endswith(".safetensors")
-        sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\x00" % size)
+        sha256, sha1 = hashlib.sha256(), hashlib.sha1(git_blob_header(size))
         with open(root / path, "wb") as f:
             left = size
             while left:
@@ -145,9 +148,8 @@ def make_repo(data: Path, repo_id: str, files: dict[str, int], seed: int) -> Non
                 left -= len(block)
         entry: dict[str, Any] = {"path": path, "size": size, "sha256": sha256.hexdigest(), "lfs": lfs}
         if lfs:
-            pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{entry['sha256']}\nsize {size}\n"
-            raw = pointer.encode()
-            entry["blob_id"] = hashlib.sha1(b"blob %d\x00" % len(raw) + raw).hexdigest()
+            raw = lfs_pointer(entry["sha256"], size)
+            entry["blob_id"] = hashlib.sha1(git_blob_header(len(raw)) + raw).hexdigest()
             entry["pointer_size"] = len(raw)
         else:
             entry["blob_id"] = sha1.hexdigest()

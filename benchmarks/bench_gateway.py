@@ -602,7 +602,7 @@ def find_py_spy(arg: str | None) -> Path | None:
     for c in ([arg] if arg and arg != "auto" else [shutil.which("py-spy"), "/tmp/pyspy-venv/bin/py-spy"]):
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return Path(c)
-    if arg:
+    if arg and arg != "auto":
         raise SystemExit(f"--profile: no py-spy at {arg} (pip install py-spy into any venv)")
     return None
 

@@ -298,9 +298,9 @@ WORKER_SETTINGS: dict[str, dict[str, str]] = {
     "before": {"PREFECT_WORKER_QUERY_SECONDS": "10", "PREFECT_WORKER_PREFETCH_SECONDS": "10"},
     # what the README's worker command sets: a run is picked up within ~1 s of its creation
     "after": {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "5"},
-    # "after", the pool's job command the warm fork server's client (scripts/warm_fork.py, roost setup --warm-fork)
-    "warm-fork": {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "5"},
 }
+# "after", the pool's job command the warm fork server's client (scripts/warm_fork.py, roost setup --warm-fork)
+WORKER_SETTINGS["warm-fork"] = WORKER_SETTINGS["after"]
 WARM_FORK_PREIMPORT = ["flows.land"]
 """What the server imports besides Prefect (its default: roost's land flow and everything it imports)."""
 
@@ -310,9 +310,9 @@ def warm_fork(tmp: Path, env: dict[str, str]) -> Iterator[dict[str, str]]:
     """The warm fork server running (in the worker's environment and cwd) and the pool's job command its
     client (``roost setup --warm-fork``'s) for the duration; yields the worker's environment (the server's socket)."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolUpdate
 
-    from deployments.setup import engine_command
+    from deployments.deploy import DEFAULT_POOL
+    from deployments.setup import _work_pool, engine_command
 
     sock = str(tmp / "warm-fork.sock")
     env = dict(os.environ, **env, ROOST_WARM_FORK_SOCKET=sock)
@@ -320,9 +320,7 @@ def warm_fork(tmp: Path, env: dict[str, str]) -> Iterator[dict[str, str]]:
 
     def set_command(command: str) -> None:
         with get_client(sync_client=True) as client:
-            template = client.read_work_pool("roost-spark").base_job_template
-            template["variables"]["properties"]["command"]["default"] = command
-            client.update_work_pool("roost-spark", WorkPoolUpdate(base_job_template=template))
+            _work_pool(client, DEFAULT_POOL, command)
 
     server = subprocess.Popen([sys.executable, script, "serve", *WARM_FORK_PREIMPORT], cwd=REPO, env=env,
                               stdout=(tmp / "warm-fork.log").open("wb"), stderr=subprocess.STDOUT,
@@ -337,8 +335,7 @@ def warm_fork(tmp: Path, env: dict[str, str]) -> Iterator[dict[str, str]]:
         yield env
     finally:
         set_command(engine_command())
-        os.killpg(server.pid, 15)
-        server.wait(timeout=60)
+        _stop(server)
 
 
 BREAKDOWN = [

@@ -68,6 +68,7 @@ from deployments.deploy import (
     apply_deployment,
     build_deployments,
     build_sweep_deployment,
+    repo_root,
 )
 from roost.errors import UserError
 from roost.hosts import HOSTS, HostProfile
@@ -365,7 +366,7 @@ def engine_command(warm_fork: bool = False, source: Path | None = None) -> str:
     has the host's warm fork server fork the run, and runs the command above where there is none.
     """
     if warm_fork:
-        client = (source or Path(__file__).resolve().parents[1]) / "scripts" / "warm_fork.py"
+        client = (source or repo_root()) / "scripts" / "warm_fork.py"
         return f"{shlex.quote(sys.executable)} -S {shlex.quote(str(client))} client"
     return f"{shlex.quote(sys.executable)} -m prefect.engine"
 

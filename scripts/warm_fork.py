@@ -41,6 +41,7 @@ import contextlib
 import hashlib
 import json
 import os
+import selectors
 import signal
 import socket
 import struct
@@ -135,8 +136,6 @@ class Server:
     """The loop: accept a client and fork its run, reap children, kill the group of a run whose client died."""
 
     def __init__(self, path: str) -> None:
-        import selectors
-
         self.path = path
         self.snap = snapshot()
         self.lsock: socket.socket | None = _listen(path)
@@ -196,8 +195,6 @@ class Server:
             os.close(fd)
         self.children[pid] = conn
         _log(f"forked {pid} for {' '.join(req['argv'])}")
-        import selectors
-
         with contextlib.suppress(OSError):
             conn.sendall(struct.pack("!i", pid))
         self.sel.register(conn, selectors.EVENT_READ, pid)

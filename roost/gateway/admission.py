@@ -15,7 +15,7 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from roost.gateway.connections import EARLY, STREAM
-from roost.gateway.forward import PATHS, Forward, Host, Usage, tokenize_now
+from roost.gateway.forward import PATHS, Forward, Host, Usage, send_now
 from roost.gateway.key_cache import KeyCache
 from roost.gateway.keys import Principal, bearer_token, forwarded_user
 from roost.gateway.metering import Endpoint, error_body
@@ -132,10 +132,8 @@ class Proxy:
         if upstream is None:
             return None
         admitted = Admitted(principal, body, content, reading, model, upstream, t_received, request_id())
-        admitted.relay = upstream.client.relay_now(self.path, content, admitted.request_id)
-        admitted.t_sent = time.perf_counter()
-        if admitted.relay is not None and gw.config.tokenize_after_s <= 0:
-            admitted.tokenize = tokenize_now(upstream, self.endpoint, body)
+        admitted.relay, admitted.t_sent, admitted.tokenize = send_now(
+            upstream, self.endpoint, content, body, admitted.request_id, gw.config.tokenize_after_s)
         return admitted
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

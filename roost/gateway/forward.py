@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import re
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -82,17 +81,28 @@ def tokenize_now(upstream: Upstream, endpoint: Endpoint, body: dict[str, Any]) -
     return upstream.client.relay_now("/tokenize", encode(bodies[0]), "") if bodies else None
 
 
+def send_now(upstream: Upstream, endpoint: Endpoint, content: bytes, body: dict[str, Any], request_id: str,
+             tokenize_after_s: float) -> tuple[Relay | None, float, Relay | None]:
+    """The request written now when a kept-alive connection is idle (its relay or None), when it was
+    written, and its ``/tokenize`` right behind it when the gateway counts prompts at once
+    (``tokenize_after_s`` 0; :func:`tokenize_now`)."""
+    sent = upstream.client.relay_now(PATHS[endpoint], content, request_id)
+    t_sent = time.perf_counter()
+    tokenize = tokenize_now(upstream, endpoint, body) if sent is not None and tokenize_after_s <= 0 else None
+    return sent, t_sent, tokenize
+
+
 class Usage:
     """One request's usage row, filled in as the request goes (its ``backend`` column, named before
     upstreams were, holds the upstream's name: :attr:`Upstream.name`), and the ``user`` label of its
     per-user metrics (:class:`~roost.gateway.metrics.UserLabels`)."""
 
     def __init__(self, gw: Host, principal: Principal, endpoint: Endpoint, model: str, user: str | None,
-                 stream: bool, *, request_id: str | None = None) -> None:
+                 stream: bool, *, request_id: str) -> None:
         self.t0 = time.perf_counter()
         ts = time.time()
         self.row: dict[str, Any] = {
-            "request_id": request_id or uuid.uuid4().hex, "ts": ts, "day": time.strftime("%Y-%m-%d", time.gmtime(ts)),
+            "request_id": request_id, "ts": ts, "day": time.strftime("%Y-%m-%d", time.gmtime(ts)),
             "key_name": principal.name, "kind": principal.kind, "user": user, "model": model, "backend": "",
             "endpoint": endpoint, "stream": stream, "status": "ok", "http_status": 200, "prompt_tokens": 0,
             "completion_tokens": 0, "prompt_source": "none", "completion_source": "none", "ttft_s": None,
@@ -190,10 +200,8 @@ class Forward:
         in_flight.inc()
         upstream.in_flight += 1
         if self.sent is None:  # written now if a kept-alive connection is idle, not a loop pass later
-            self.sent = upstream.client.relay_now(self.path, self.content, row["request_id"])
-            self.t_sent = time.perf_counter()
-            if self.sent is not None and self.tokenize_sent is None and gw.config.tokenize_after_s <= 0:
-                self.tokenize_sent = tokenize_now(upstream, self.endpoint, self.body)
+            self.sent, self.t_sent, self.tokenize_sent = send_now(
+                upstream, self.endpoint, self.content, self.body, row["request_id"], gw.config.tokenize_after_s)
         work = self.work = asyncio.ensure_future(self._forward())
         gone = asyncio.ensure_future(self._wait_disconnect())
 
@@ -429,7 +437,6 @@ class Forward:
             out = self._metered(meter, block)
             if out:
                 stream.write(out)
-                self.started = True
                 self._sent_out(meter, relay)
             return True
 

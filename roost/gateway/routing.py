@@ -201,7 +201,11 @@ class Router:
             only = next(iter(self.upstreams.values()))
             return only if only.up and model in only.model_set else None
         up, _ = self._candidates(model)
-        return min(up, key=lambda b: (b.in_flight, next(self._rr))) if up else None
+        return self._least_busy(up) if up else None
+
+    def _least_busy(self, up: list[Upstream]) -> Upstream:
+        """The upstream with the fewest requests in flight (turn by turn among equals)."""
+        return min(up, key=lambda b: (b.in_flight, next(self._rr)))
 
     async def resolve(self, model: str) -> Upstream:
         """The upstream to send a request for ``model`` to; ModelNotFound or UpstreamDown."""
@@ -210,7 +214,7 @@ class Router:
             await self.poll()  # a landing since the last poll?
             up, listing = self._candidates(model)
         if up:
-            return min(up, key=lambda b: (b.in_flight, next(self._rr)))
+            return self._least_busy(up)
         if listing:
             raise UpstreamDown(model, listing[0].name)
         raise ModelNotFound(model, sorted({str(m["id"]) for m in self.models()}))

@@ -10,11 +10,8 @@ with ``relay``. The request bytes are the same (``relay_request``).
 
 from __future__ import annotations
 
-import time
-
 from roost.vllm.client import VllmClient
 from roost.vllm.relay import Relay
-from roost.vllm.timed_net import Connection, ConnectionPool
 
 KEEPALIVE_S = 20.0
 """Idle upstream connections younger than this are reused (``VllmClient``'s pool: 2 s). A server that
@@ -24,39 +21,19 @@ byte came back). A burst of requests after a few seconds' pause then finds its c
 instead of opening one each before its request can go."""
 
 
-class _Pool(ConnectionPool):
-    """The streaming pool, able to hand out an idle connection without awaiting, keeping idle ones
-    :data:`KEEPALIVE_S`."""
-
-    def _fresh(self, conn: Connection, now: float) -> bool:
-        return conn.reusable and not conn.closed and conn.idle and now - conn.idle_since < KEEPALIVE_S
-
-    def take_idle(self) -> Connection | None:
-        """An idle connection that may be reused now (stale ones closed), or None."""
-        now = time.monotonic()
-        while self._idle:
-            conn = self._idle.pop()
-            if self._fresh(conn, now):
-                return conn
-            self._discard(conn)
-        return None
-
-
 class UpstreamClient(VllmClient):
-    """A :class:`VllmClient` whose streaming pool can write a request synchronously."""
+    """A :class:`VllmClient` that keeps idle streaming connections :data:`KEEPALIVE_S` and can write a
+    request synchronously."""
 
     def __init__(self, base_url: str, *, api_key: str | None, connect_timeout_s: float, http_connections: int) -> None:
         super().__init__(base_url, api_key=api_key, connect_timeout_s=connect_timeout_s,
-                         http_connections=http_connections)
-        old = self._streams  # empty: nothing was opened yet
-        self._streams = self._pool = _Pool(old.host, old.port, ssl_context=old.ssl_context,
-                                           connect_timeout_s=old.connect_timeout_s)
+                         http_connections=http_connections, keepalive_s=KEEPALIVE_S)
 
     def relay_now(self, path: str, body: bytes, request_id: str) -> Relay | None:
         """The request written on an idle kept-alive connection (a reused one), or None when there is
         none: :meth:`relay` then."""
         data = self.relay_request(path, body, {"X-Request-Id": request_id} if request_id else None)
-        while (conn := self._pool.take_idle()) is not None:
+        while (conn := self._streams.take_idle()) is not None:
             if (relay := self.start_on(conn, data)) is not None:
                 return relay
         return None

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -78,7 +79,8 @@ class Job(Protocol):
         """Work to do now (``reserve(n)`` before handing out a part of ``n`` bytes), or None."""
 
     def may_have_more(self) -> bool:
-        """Whether the file may still hand out work (a probe under way may open its parts)."""
+        """Whether the file may still hand out work (a probe under way may open its parts); once False,
+        False for good."""
 
 
 class Lanes:
@@ -91,19 +93,23 @@ class Lanes:
         self.buffered = 0
         self.stop = stop
         self._cond = threading.Condition()
+        self._first = 0  # the jobs before it can hand out nothing more (that never changes back)
 
     def take(self, slot: int) -> Work | None:
         """The next work for worker ``slot``, waiting while there is none yet; None once there is none left
         (or the run stops)."""
         with self._cond:
             while not self.stop.is_set():
+                jobs = self.jobs
+                while self._first < len(jobs) and not jobs[self._first].may_have_more():
+                    self._first += 1  # each finished job is stepped over once, not at every take
+                if self._first == len(jobs):
+                    return None
                 if slot < self.target:
-                    for job in self.jobs:
+                    for job in itertools.islice(jobs, self._first, None):
                         work = job.next_work(self._reserve)
                         if work is not None:
                             return work
-                if not any(job.may_have_more() for job in self.jobs):
-                    return None
                 self._cond.wait(0.05)
             return None
 

@@ -53,7 +53,7 @@ from roost.inputs.urls import http_url_problem
 from roost.secrets import redact
 from roost.vllm.relay import Relay
 from roost.vllm.stream import ChatStream, ErrorKind, Phase, RequestRecord, error_text
-from roost.vllm.timed_net import ConnectFailed, Connection, ConnectionPool, HttpError
+from roost.vllm.timed_net import KEEPALIVE_S, ConnectFailed, Connection, ConnectionPool, HttpError
 
 MAX_WINDOW = 1 << 31
 """The largest served window (``max_model_len``) an answer may claim; beyond it the claim is ignored."""
@@ -158,7 +158,7 @@ class VllmClient:
     keep-alive connection per concurrent stream, bytes stamped on arrival); ``/health``,
     ``/tokenize``, ``/metrics`` and ``/v1/models`` use a separate httpx pool, so polling never
     waits behind a stream. ``model`` is the served model name requests name (``/tokenize`` and
-    readiness completions use it).
+    readiness completions use it). ``keepalive_s``: how long an idle streaming connection is reused.
     """
 
     def __init__(
@@ -170,6 +170,7 @@ class VllmClient:
         connect_timeout_s: float = 10.0,
         stall_timeout_s: float = 120.0,
         http_connections: int = 8,
+        keepalive_s: float = KEEPALIVE_S,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
@@ -193,7 +194,7 @@ class VllmClient:
         )
         self._streams = ConnectionPool(
             parts.hostname or "", parts.port or (443 if https else 80),
-            ssl_context=self._ssl, connect_timeout_s=connect_timeout_s,
+            ssl_context=self._ssl, connect_timeout_s=connect_timeout_s, keepalive_s=keepalive_s,
         )
         self._chat_head = _request_head(parts, "/v1/chat/completions", self._headers)
         self._relay_heads: dict[str, bytes] = {}

@@ -322,12 +322,14 @@ class ConnectionPool:
     """
 
     def __init__(
-        self, host: str, port: int, *, ssl_context: ssl.SSLContext | None, connect_timeout_s: float
+        self, host: str, port: int, *, ssl_context: ssl.SSLContext | None, connect_timeout_s: float,
+        keepalive_s: float = KEEPALIVE_S,
     ) -> None:
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
         self.connect_timeout_s = connect_timeout_s
+        self.keepalive_s = keepalive_s
         self._idle: list[Connection] = []
         self._all: set[Connection] = set()
 
@@ -348,16 +350,22 @@ class ConnectionPool:
         return conn
 
     def _fresh(self, conn: Connection, now: float) -> bool:
-        return conn.reusable and not conn.closed and conn.idle and now - conn.idle_since < KEEPALIVE_S
+        return conn.reusable and not conn.closed and conn.idle and now - conn.idle_since < self.keepalive_s
 
-    async def acquire(self) -> tuple[Connection, bool]:
-        """A connection with no request in flight, and whether it was used before."""
+    def take_idle(self) -> Connection | None:
+        """An idle connection that may be reused now (stale ones closed), or None; never waits."""
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
             if self._fresh(conn, now):
-                return conn, True
+                return conn
             self._discard(conn)
+        return None
+
+    async def acquire(self) -> tuple[Connection, bool]:
+        """A connection with no request in flight, and whether it was used before."""
+        if (conn := self.take_idle()) is not None:
+            return conn, True
         return await self.connect(), False
 
     def release(self, conn: Connection) -> None:
