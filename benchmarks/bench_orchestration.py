@@ -372,13 +372,14 @@ def _trigger(profile: str) -> tuple[Any, Any, Any]:
 def deployment_run(profile: str, tmp: Path, flow_glue: float, label: str, env: dict[str, str]) -> dict[str, float]:
     """One warm ``land/cpu`` run through a worker started with ``env`` (and the warm fork server for
     ``warm-fork``); its breakdown in seconds."""
+    from deployments.deploy import DEFAULT_POOL
     from roost.store import load_records
 
     bindir = Path(sys.executable).parent
     log = (tmp / f"worker-{label}.log").open("wb")
     with contextlib.ExitStack() as stack:
         worker_env = stack.enter_context(warm_fork(tmp, env)) if label == "warm-fork" else dict(os.environ, **env)
-        worker = subprocess.Popen([str(bindir / "prefect"), "worker", "start", "--pool", "roost-spark", "--work-queue",
+        worker = subprocess.Popen([str(bindir / "prefect"), "worker", "start", "--pool", DEFAULT_POOL, "--work-queue",
                                    "cpu", "--name", f"bench-worker-{label}"], stdout=log, stderr=subprocess.STDOUT,
                                   cwd=REPO, env=worker_env, start_new_session=True)
         stack.callback(_stop, worker)

@@ -11,8 +11,11 @@ Per host ``<host>`` (one work queue each, in one ``process`` work pool):
   or any ``repo`` given as hf://OWNER/NAME[@REVISION]); ``download`` also fetches it onto the host's
   disk and audits it there.
 
+And one ``sweep/<pool>`` on the queue ``sweep`` when two hosts or more are set up (``deployments.pool``).
+Every parameter has help (``PARAM_HELP``) and a type the UI shows (``typed``).
+
 The code is deployed from this checkout (``LocalStorage``: the worker's flow-run process changes
-into the repo directory and loads the flow by file path), so no image is built; every Spark runs
+into the repo directory and loads the flow by file path), so no image is built; every host runs
 a worker from the same checkout path (``roost setup --source`` to deploy another path).
 
 Run with ``python -m deployments.deploy`` to apply the deployments alone (``roost setup`` does
@@ -38,7 +41,10 @@ from roost.hosts import HostProfile
 from roost.profiles import PROFILES, ModelProfile
 from roost.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, PREFECT_LOGGING_EXTRA_LOGGERS
 
-DEFAULT_POOL = "roost-spark"
+DEFAULT_POOL = "roost"
+"""The work pool ``roost setup`` creates: named for the site, whatever its hosts are (Sparks, CPUs)."""
+LEGACY_POOL = "roost-spark"
+"""The pool earlier releases created; setup keeps using it where it holds roost's deployments (``deployments.pool``)."""
 DEFAULT_CRON = "0 3 * * *"
 DEFAULT_TIMEZONE = "UTC"
 HEARTBEAT_S = 30
@@ -62,9 +68,10 @@ ENTRYPOINTS: dict[str, str] = {
 }
 
 SWEEP_QUEUE = "sweep"
-"""The work queue of ``sweep/<pool>``: a sweep only dispatches and waits (no GPU, little memory), so any
-worker may take it besides its host's queue (``--work-queue spark --work-queue sweep``), or one on
-the Prefect server's machine; a sweep outlives a Spark whose worker dies under one of its landings."""
+"""The work queue of ``sweep/<pool>`` (set up with two hosts or more): a sweep only dispatches and waits (no
+GPU, little memory), so any worker may take it besides its host's queue (``--work-queue spark --work-queue
+sweep``), or one on the Prefect server's machine; a sweep outlives a host whose worker dies under one of its
+landings."""
 
 DESCRIPTIONS: dict[str, str] = {
     "land": "Land a model on {host}: preflight -> download -> audit -> build -> serve -> health -> benchmark -> "
@@ -102,7 +109,11 @@ PARAM_HELP: dict[str, str] = {
     "pickup_timeout_s": "A landing no worker takes within this many seconds is cancelled and its host left out.",
     "landing_timeout_s": "A landing still running after this many seconds is cancelled and reported failed.",
     "poll_s": "How often the sweep looks at its landings.",
+    "mtp_ab": "After the benchmark, benchmark again without --speculative-config (same image and commit) and "
+              "compare (empty: the profile's mtp_ab).",
 }
+"""The help the UI shows under each parameter; every parameter of every roost deployment has one
+(``tests/deployments/test_parameter_forms.py``)."""
 
 Status = Literal["created", "updated", "unchanged"]
 
@@ -125,7 +136,10 @@ def default_profile(host: HostProfile, profiles: dict[str, ModelProfile]) -> str
 
 
 def _tune_schema(schema: dict[str, Any], profile_names: list[str], defaults: dict[str, Any]) -> None:
-    """Give the UI form choices, help and this deployment's defaults: profile names as an enum."""
+    """Give the UI form choices, help, this deployment's defaults and a type for every parameter.
+
+    The profile names become an enum; an optional parameter (``X | None``) gets its type (``typed``).
+    """
     props: dict[str, Any] = schema.get("properties", {})
     for name, help_text in PARAM_HELP.items():
         if name in props:
@@ -134,12 +148,47 @@ def _tune_schema(schema: dict[str, Any], profile_names: list[str], defaults: dic
         if name in props:
             props[name]["default"] = value
     prof = props.get("profile")
-    if prof is None:
-        return
-    if "anyOf" in prof:
+    if prof is not None and "anyOf" in prof:
         prof["anyOf"] = [({**s, "enum": profile_names} if s.get("type") == "string" else s) for s in prof["anyOf"]]
-    else:
+    elif prof is not None:
         prof["enum"] = profile_names
+    for name, prop in props.items():
+        props[name] = typed(prop)
+
+
+def typed(prop: dict[str, Any]) -> dict[str, Any]:
+    """An optional parameter's schema (``anyOf: [X, {type: null}]``) as ``X``'s, so the UI shows its type.
+
+    The Prefect UI's Parameters tab shows a parameter's ``type`` and nothing for an ``anyOf``, and its
+    form renders ``X``'s own input (a text field, a number, a list) instead of a "str | None" picker;
+    left empty, the form sends nothing and the flow's default (None) applies. The server still
+    accepts an explicit null (a sweep's, a CLI's): it validates a run's parameters with Prefect's
+    ``schema_tools.validate``, which reads a non-required property with a type and no ``default`` as
+    ``X`` or null (``tests/deployments/test_prefect_compat.py``). So where null was valid, the
+    ``default`` is dropped (a deployment's own value stays in its parameters, which the form starts
+    from) and an enum gains null.
+
+    Left as they are: a parameter whose null was not valid already keeps its default (a fixed
+    ``host``), and an optional boolean (``keep_serving``, ``mtp_ab``: None is a third choice, the
+    profile's), whose UI input would be a toggle that sends false when untouched.
+    """
+    branches = prop.get("anyOf")
+    if "type" in prop or not isinstance(branches, list):
+        return prop
+    some = [b for b in branches if b.get("type") != "null"]
+    if len(some) != 1 or len(some) == len(branches) or not isinstance(some[0].get("type"), str):
+        return prop
+    null_ok = "enum" not in prop or None in prop["enum"]
+    if null_ok and some[0]["type"] == "boolean":
+        return prop
+    out = {k: v for k, v in prop.items() if k != "anyOf"}
+    for k, v in some[0].items():
+        out.setdefault(k, copy.deepcopy(v))
+    if null_ok:
+        out.pop("default", None)
+        if "enum" in out and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+    return out
 
 
 def build_deployment(flow_name: str, host: HostProfile, *, pool: str, profiles: dict[str, ModelProfile],
@@ -270,7 +319,8 @@ def apply_deployment(dep: RunnerDeployment) -> tuple[Status, list[str]]:
 
 
 def main() -> None:  # pragma: no cover (a thin entry point; roost setup is the tested path)
-    """Apply the deployments for the built-in hosts to the server at PREFECT_API_URL."""
+    """Apply the deployments for the built-in hosts to the server at PREFECT_API_URL, in the pool ``roost``
+    (``roost setup`` keeps a server's legacy ``roost-spark`` pool instead)."""
     profiles = all_profiles()
     for dep in build_deployments([load_host("spark"), load_host("cpu")], pool=DEFAULT_POOL, profiles=profiles):
         status, changed = apply_deployment(dep)

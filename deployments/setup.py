@@ -1,13 +1,16 @@
 """``roost setup``: put everything roost needs on a Prefect server, idempotently.
 
 In order: the block types (``roost-host``, ``model-profile``, ``roost-slack-notifier``) and one
-document per built-in host and profile; the ``process`` work pool; one work queue per host; the
+document per built-in host and profile; the ``process`` work pool (``roost``, or the legacy
+``roost-spark`` an earlier release made, which its workers poll: ``deployments.pool``); one work queue per host; the
 per-host global concurrency limits ``roost-serve-<host>`` (one slot, created by
 ``tasks.host_slot.ensure_host_limit``) the serve stage takes with ``strict=True``; the automation
 that marks a roost flow run crashed when its heartbeats stop (a worker or machine that died
 mid-run); the crash alert (a Prefect notification block made from the ``roost-slack`` Slack settings,
 and the automation that sends it when a roost run enters Crashed: the run's own process, which
-sends roost's other Slack messages, is gone); and the deployments of ``deployments.deploy``.
+sends roost's other Slack messages, is gone); and the deployments of ``deployments.deploy``. The
+sweep's queue and deployment exist only with two hosts or more; the report names the worker to start
+on each host, which together serve every queue a deployment is on.
 
 The hosts set up are those that exist or are named: every saved host document (``roost-host``, or
 the legacy ``spark-host``), the hosts named with ``--hosts``, and this machine's CPU host ``cpu``.
@@ -30,11 +33,9 @@ The ``spark-host`` block type is not registered on a server that never had it.
 from __future__ import annotations
 
 import datetime as dt
-import shlex
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from uuid import UUID
 
 from prefect.automations import Automation
@@ -42,7 +43,6 @@ from prefect.blocks.core import Block
 from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.blocks.system import Secret
 from prefect.client.orchestration import SyncPrefectClient, get_client
-from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.events.actions import ChangeFlowRunState, SendNotification
@@ -50,8 +50,7 @@ from prefect.events.schemas.automations import AutomationCore, EventTrigger, Pos
 from prefect.events.schemas.events import ResourceSpecification
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL
-from prefect.workers.process import ProcessWorker
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import SecretStr, ValidationError
 
 from blocks.hosts import LEGACY_HOST_SLUG, HostBlock, builtin_host_documents, host_fields
 from blocks.profiles import ModelProfileBlock, builtin_profile_documents
@@ -61,15 +60,23 @@ from blocks.store import StoreCredentialsBlock
 from deployments._prefect_compat import block_schema_checksum
 from deployments.deploy import (
     DEFAULT_CRON,
-    DEFAULT_POOL,
     DEFAULT_TIMEZONE,
     HEARTBEAT_S,
     SWEEP_QUEUE,
     apply_deployment,
     build_deployments,
     build_sweep_deployment,
-    repo_root,
 )
+from deployments.pool import (
+    engine_command,
+    remove_sweep,
+    resolve_pool,
+    sweep_wanted,
+    work_pool,
+    work_queue,
+    worker_commands,
+)
+from deployments.report import CHANGED, Kind, SetupItem, SetupReport, Status
 from roost.errors import UserError
 from roost.hosts import HOSTS, HostProfile
 from roost.settings import environment
@@ -83,34 +90,8 @@ CRASH_ALERT_BLOCK = "roost-crash-alerts"
 LOCAL_HOSTS = ("cpu",)
 """The hosts this machine serves on without any setup: always set up."""
 
-Kind = Literal["block-type", "block", "secret", "work-pool", "work-queue", "concurrency-limit", "automation",
-               "deployment"]
-Status = Literal["created", "updated", "migrated", "removed", "unchanged", "kept", "skipped"]
-CHANGED: tuple[Status, ...] = ("created", "updated", "migrated", "removed")
-"""The statuses of an object this run wrote."""
-
-
-class SetupItem(BaseModel):
-    """One object ``roost setup`` manages and what it did to it."""
-
-    kind: Kind
-    name: str
-    status: Status
-    detail: str = ""
-
-
-class SetupReport(BaseModel):
-    api_url: str
-    pool: str
-    hosts: list[str]
-    skipped_hosts: dict[str, str] = Field(default_factory=dict, description="host -> why it was not set up")
-    crash_alerts: str = Field(default="", description="where crash alerts go, or why they are off")
-    items: list[SetupItem] = Field(default_factory=list)
-
-    @property
-    def changed(self) -> list[SetupItem]:
-        """The items this run created, updated or migrated (empty on a repeated run)."""
-        return [i for i in self.items if i.status in CHANGED]
+__all__ = ["CHANGED", "Kind", "SetupItem", "SetupReport", "Status", "engine_command", "setup"]
+_work_pool = work_pool  # its earlier name (tests/deployments/test_warm_fork.py, benchmarks/bench_orchestration.py)
 
 
 def _api_url() -> str:
@@ -121,13 +102,14 @@ def _api_url() -> str:
     return str(url)
 
 
-def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: Path | None = None,
+def setup(pool: str | None = None, hosts: list[str] | None = None, *, source: Path | None = None,
           cron: str | None = DEFAULT_CRON, timezone: str = DEFAULT_TIMEZONE,
           zombie_after_s: float = DEFAULT_ZOMBIE_AFTER_S, reset_blocks: bool = False,
           store_api_key: bool = False, warm_fork: bool = False) -> SetupReport:
     """Apply roost's blocks, work pool, queues, limits, automations and deployments to the API server.
 
     ``hosts`` are set up besides the ones that exist (saved host documents, and ``LOCAL_HOSTS``).
+    ``pool``: None is ``roost``, or the legacy pool that holds roost's deployments (``resolve_pool``).
     """
     named = list(hosts or [])
     if any(not h for h in named):
@@ -139,7 +121,7 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
                         f"best; use > {HEARTBEAT_S}")
     if any(h == SWEEP_QUEUE for h in named):
         raise UserError(f"--hosts: {SWEEP_QUEUE!r} is the sweep's work queue; name the host otherwise")
-    report = SetupReport(api_url=_api_url(), pool=pool, hosts=[])
+    report = SetupReport(api_url=_api_url(), pool=pool or "", hosts=[])
     with get_client(sync_client=True) as client:
         if (exc := client.api_healthcheck()) is not None:
             raise UserError(f"the Prefect API at {report.api_url} does not answer ({type(exc).__name__}: {exc}); "
@@ -147,23 +129,30 @@ def setup(pool: str = DEFAULT_POOL, hosts: list[str] | None = None, *, source: P
         # before writing anything: an unknown host changes nothing (a legacy spark-host document counts)
         host_profiles, report.skipped_hosts = _resolve_hosts(client, named)
         report.hosts = [h.name for h in host_profiles]
+        report.pool, report.pool_note = resolve_pool(client, pool)
+        sweep, report.sweep = sweep_wanted(report.hosts)
         report.items += _block_types(client)
         report.items += _host_documents(client, reset=reset_blocks, hosts=report.hosts)
         report.items += [_builtin_document(client, name, block, reset=reset_blocks)
                          for name, block in builtin_profile_documents().items()]
         report.items.append(_api_key_secret(client, store=store_api_key))
-        report.items.append(_work_pool(client, pool, engine_command(warm_fork, source)))
+        pool_item = work_pool(client, report.pool, engine_command(warm_fork, source))
+        pool_item.detail = _join(pool_item.detail, report.pool_note)
+        report.items.append(pool_item)
         for h in host_profiles:
-            report.items.append(_work_queue(client, pool, h.name))
+            report.items.append(work_queue(client, report.pool, h.name))
             report.items.append(_host_limit(client, h.name))
-        report.items.append(_work_queue(client, pool, SWEEP_QUEUE))
+        report.items += ([work_queue(client, report.pool, SWEEP_QUEUE)] if sweep
+                         else remove_sweep(client, report.pool, report.sweep))
         report.items.append(_automation(client, zombie_automation(zombie_after_s), f"after {zombie_after_s:g} s"))
         alert_items, report.crash_alerts = _crash_alerts(client)
         report.items += alert_items
+    report.workers = worker_commands(report.pool, report.hosts, sweep=sweep)
     profiles = all_profiles()
-    deployments = [*build_deployments(host_profiles, pool=pool, profiles=profiles, source=source, cron=cron,
-                                      timezone=timezone),
-                   build_sweep_deployment(pool, host_profiles, profiles=profiles, source=source)]
+    deployments = build_deployments(host_profiles, pool=report.pool, profiles=profiles, source=source, cron=cron,
+                                    timezone=timezone)
+    if sweep:
+        deployments.append(build_sweep_deployment(report.pool, host_profiles, profiles=profiles, source=source))
     for dep in deployments:
         status, changed = apply_deployment(dep)
         report.items.append(SetupItem(kind="deployment", name=dep.full_name, status=status,
@@ -353,55 +342,6 @@ def _api_key_secret(client: SyncPrefectClient, *, store: bool) -> SetupItem:
 
 
 # --- work pool, queues, limits ---------------------------------------------------------------------
-
-
-def engine_command(warm_fork: bool = False, source: Path | None = None) -> str:
-    """The flow-run command the pool's workers run: this venv's ``python -m prefect.engine``.
-
-    Set explicitly, a process worker starts the engine directly instead of through Prefect's
-    workspace supervisor (a second Python process that imports Prefect first): about 3 s less per
-    run (``benchmarks/bench_orchestration.py --via-deployment``). Workers therefore need roost's
-    venv at this same path, as they need the checkout at the path the deployments load from.
-    ``warm_fork``: the client of the checkout's (``source``'s) ``scripts/warm_fork.py`` instead, which
-    has the host's warm fork server fork the run, and runs the command above where there is none.
-    """
-    if warm_fork:
-        client = (source or repo_root()) / "scripts" / "warm_fork.py"
-        return f"{shlex.quote(sys.executable)} -S {shlex.quote(str(client))} client"
-    return f"{shlex.quote(sys.executable)} -m prefect.engine"
-
-
-def _work_pool(client: SyncPrefectClient, pool: str, command: str) -> SetupItem:
-    try:
-        existing = client.read_work_pool(pool)
-    except ObjectNotFound:
-        template = ProcessWorker.get_default_base_job_template()
-        template["variables"]["properties"]["command"]["default"] = command
-        client.create_work_pool(WorkPoolCreate(
-            name=pool, type="process", description="roost: one work queue per serving host (a worker per Spark)",
-            base_job_template=template))
-        return SetupItem(kind="work-pool", name=pool, status="created", detail=f"process; {command}")
-    if existing.type != "process":
-        raise UserError(f"work pool {pool} exists with type {existing.type!r}; roost needs a 'process' pool: "
-                        "pass --pool with another name or delete that pool")
-    template = existing.base_job_template
-    props = template.get("variables", {}).get("properties", {})
-    if "command" in props and props["command"].get("default") != command:
-        props["command"]["default"] = command
-        client.update_work_pool(pool, WorkPoolUpdate(base_job_template=template))
-        return SetupItem(kind="work-pool", name=pool, status="updated", detail=f"command: {command}")
-    return SetupItem(kind="work-pool", name=pool, status="unchanged", detail=f"process; {command}")
-
-
-def _work_queue(client: SyncPrefectClient, pool: str, host: str) -> SetupItem:
-    try:
-        client.read_work_queue_by_name(host, work_pool_name=pool)
-    except ObjectNotFound:
-        client.create_work_queue(name=host, work_pool_name=pool,
-                                 description=f"runs for host {host}: start its worker with "
-                                             f"`PREFECT_WORKER_QUERY_SECONDS=1 prefect worker start --pool {pool} --work-queue {host}`")
-        return SetupItem(kind="work-queue", name=f"{pool}/{host}", status="created")
-    return SetupItem(kind="work-queue", name=f"{pool}/{host}", status="unchanged")
 
 
 def _host_limit(client: SyncPrefectClient, host: str) -> SetupItem:

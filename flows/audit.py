@@ -9,7 +9,9 @@ the profile's Secret block). ``repo`` audits any Hub repository (``hf://OWNER/NA
 planned with roost's defaults), not only a profile's. ``download=True`` also downloads the checkpoint
 onto the host's disk and audits it there, which warms the ``land`` run that follows. The findings,
 the plan (KV figures, fit, the vLLM arguments) and what the preflight fetched are the flow's result
-and a Markdown artifact; error findings, and a plan vLLM would refuse, fail the run.
+and a Markdown artifact; error findings, and a plan vLLM would refuse, fail the run. The audit names the
+model and the window as the plan does (the profile's settings and overrides), and every figure prints
+through its catalogue metric (``roost.catalogue``), as the report and the headline print it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from flows.stages import (
     preflight_stage,
     refuse_unservable,
 )
+from roost import catalogue as C
+from roost.catalogue import fmt_value
 from roost.errors import CheckFailed, StageFailed
 from roost.hub.preflight import parse_hub_url
 from roost.plan.preflight import PlanReport
@@ -61,12 +65,15 @@ def audit(profile: str = "local", revision: str | None = None, host: str | None 
             refuse_unservable("preflight", report, plan)
             if download:
                 checkpoint = download_stage(record, prof, endpoint)
+                # audited with the profile's plan inputs: named and windowed as the preflight's audit is
                 served = audit_stage(record, prof, target, checkpoint, preflight=pre)  # also sets the refusal
                 report, plan = served.audit, served.plan
         except StageFailed as exc:  # error findings or a plan refusal: reported in the artifact, then the run fails
             if exc.stage not in ("preflight", "audit"):
                 raise  # the Hub or the disk failed: no answer about the checkpoint
             problem = str(exc)
+    # a failed audit stage (HEADER_CHANGED, a refused plan) leaves ``report`` the preflight's; its
+    # findings are the on-disk audit's, which the stage recorded before it failed
     findings = record.audit.findings if record.audit else report.findings
     result = _result(record.meta.profile, prof.repo_id, target.name, record.meta.revision, record.meta.commit,
                      checkpoint, report, plan)
@@ -100,6 +107,8 @@ def _result(profile: str, repo_id: str, host: str, revision: str, commit: str, c
         "download_cached": checkpoint.cached if checkpoint is not None else None,
         "bytes_fetched": report.bytes_fetched, "audit": report.to_json(), "plan": plan.to_json(),
         "vllm_args": list(plan.vllm_args),
+        # what the server will be asked for: the audit and the plan agree on both (roost.plan.args.served_as)
+        "served_model_name": plan.served_model_name, "max_model_len": plan.max_model_len,
     }
 
 
@@ -119,11 +128,15 @@ def markdown(result: dict[str, Any], report: AuditReport, plan: PlanReport, find
         "",
         "| plan | value |",
         "|---|---|",
+        f"| served model name | `{plan.served_model_name}` |",
         f"| weights vLLM loads | {format_memory(report.load_weight_bytes)} |",
-        f"| decode ceiling | {report.decode_ceiling_tok_s:.1f} tok/s |",
-        f"| max model len | {plan.max_model_len:,} |",
+        f"| decode ceiling | {C.DECODE_CEILING.format(report.decode_ceiling_tok_s)} |",
+        f"| max model len | {fmt_value(plan.max_model_len, 'tokens')}"
+        + (f" (native {fmt_value(report.native_max_model_len, 'tokens')})"
+           if report.native_max_model_len and report.native_max_model_len != plan.max_model_len else "") + " |",
         f"| KV pool | {format_memory(plan.kv_cache_memory_bytes)} |",
-        f"| KV cache | {plan.kv_cache_tokens:,} tokens ({plan.max_concurrency:.2f}x concurrency) |",
+        f"| KV cache | {C.KV_CACHE_TOKENS.format(plan.kv_cache_tokens)} ({C.MAX_CONCURRENCY.format(plan.max_concurrency)} "
+        "concurrency) |",
         f"| one full-length request needs | {format_memory(plan.min_kv_cache_bytes)} |",
         f"| fits the host | {'yes' if plan.fits_host else 'no'} |",
         "",

@@ -36,12 +36,12 @@ from pydantic import SecretStr
 import roost
 from blocks.resolve import load_vllm_api_key
 from blocks.store import results_store_for
-from flows.identity import name_run, roost_logs_to_run, tag_run
+from flows.identity import name_run, roost_logs_to_run, server_ui_url, tag_run
 from flows.stages.report import report_stage
 from roost.errors import RoostError, StageFailed
 from roost.failures import OUTSIDE_STAGES
 from roost.hosts import HostProfile
-from roost.naming import run_verdict
+from roost.naming import pinned_commit, run_verdict
 from roost.profiles import ModelProfile
 from roost.records import RunMeta, RunRecord
 from roost.regress import RegressionReport
@@ -67,7 +67,8 @@ def api_key() -> SecretStr:
 
 def new_record(prof: ModelProfile, host: HostProfile, revision: str | None = None, **meta: Any) -> RunRecord:
     """An empty record for a run of ``prof`` on ``host``, tied to the current Prefect flow run (renamed
-    ``<flow> · profile · host[ · commit]``, and roost's own loggers sent to it: ``flows/identity.py``)."""
+    ``<flow> · profile · host[ · commit] · <start>``, and roost's own loggers sent to it: ``flows/identity.py``)
+    and to the server that holds it (``prefect_ui_url``: none for ``roost run``'s temporary server)."""
     ctx = FlowRunContext.get()
     flow_run = ctx.flow_run if ctx is not None else None
     fields: dict[str, Any] = {
@@ -75,10 +76,12 @@ def new_record(prof: ModelProfile, host: HostProfile, revision: str | None = Non
         "revision": revision or prof.revision, "commit": "", "served_model_name": prof.served_model_name,
         "host": host.name, "backend": host.backend,
         "prefect_flow_run_id": str(flow_run.id) if flow_run is not None else "",
+        "prefect_ui_url": server_ui_url() if flow_run is not None else "",
     }
     record = RunRecord(meta=RunMeta(**(fields | meta)))
     roost_logs_to_run()
-    name_run(record.meta.profile, record.meta.host, record.meta.commit)
+    m = record.meta
+    name_run(m.profile, m.host, m.commit or pinned_commit(m.revision))
     return record
 
 

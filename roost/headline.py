@@ -74,8 +74,19 @@ class HeadlineRow(BaseModel):
     label: str
     value: float | None
     text: str = ""
+    """The value as one line (what wide tables show; the terminal and Slack show rows with a value); with a
+    missing value, why."""
+    cell: str = ""
+    """The value for a narrow table (``text`` without the explanation in ``note``); "" when it is ``text``."""
+    note: str = ""
+    """What ``text`` adds to ``cell``: shown under a narrow table ("" when nothing)."""
     compared_as: str | None = None
     """The name of the metric the regression check compares this row as (None: not compared)."""
+
+    @property
+    def short(self) -> str:
+        """The value as a narrow table's cell shows it."""
+        return self.cell or self.text
 
 
 def prompt_points(record: RunRecord) -> list[BenchPoint]:
@@ -126,7 +137,7 @@ def headline(record: RunRecord) -> Headline:
         decode_tok_s=decode,
         ttft_s=ref.ttft_s.median if ref else None,
         reference_prompt_tokens=ref.prompt_tokens if ref else None,
-        decode_ceiling_tok_s=record.decode_ceiling_tok_s,
+        decode_ceiling_tok_s=record.decode_ceiling_tok_s or None,  # 0: unknown (plan.fit.decode_ceiling_tok_s)
         decode_pct_of_ceiling=pct_of_ceiling(decode, record.decode_ceiling_tok_s),
         peak_output_tok_s=knee.peak_output_tok_s if knee else None,
         peak_concurrency=knee.peak_concurrency if knee else None,
@@ -190,13 +201,15 @@ def _spec_and_vision_rows(h: Headline, row: Callable[..., HeadlineRow]) -> list[
         rows.append(row(C.SPEC_ACCEPTANCE, h.spec_acceptance_rate, compared=True))
     for p in h.probes:
         metric = C.PROBE_LATENCY.model_copy(update={"label": f"{p.name} probe"})
-        text = (f"passed in {metric.format(p.latency_s)}" if p.ok
-                else f"FAILED ({p.failure_class}) after {metric.format(p.latency_s)}")
-        rows.append(row(metric, p.latency_s, text))
+        status = "passed" if p.ok else f"FAILED ({p.failure_class})"
+        took = f" {'in' if p.ok else 'after'} {metric.format(p.latency_s)}" if p.latency_s is not None else ""
+        rows.append(row(metric, p.latency_s, status + took, why=f"{status}, no time taken"))
     if h.vision_probe_ok is not None:
         status = "passed" if h.vision_probe_ok else "FAILED"
-        rows.append(row(C.VISION_PROBE_LATENCY, h.vision_probe_latency_s,
-                        f"{status} in {C.VISION_PROBE_LATENCY.format(h.vision_probe_latency_s)}"))
+        took = f" in {C.VISION_PROBE_LATENCY.format(h.vision_probe_latency_s)}" \
+            if h.vision_probe_latency_s is not None else ""
+        rows.append(row(C.VISION_PROBE_LATENCY, h.vision_probe_latency_s, status + took,
+                        why=f"{status}, no time taken"))
     return rows
 
 
@@ -225,9 +238,15 @@ def headline_rows(record: RunRecord) -> list[HeadlineRow]:
     decode = C.DECODE.at_prompt(ref) if ref else C.DECODE
     ttft = C.TTFT.at_prompt(ref) if ref else C.TTFT
 
-    def row(metric: Metric, value: float | None, text: str | None = None, compared: bool = False) -> HeadlineRow:
+    missing = missing_reasons(record, h)
+
+    def row(metric: Metric, value: float | None, text: str | None = None, compared: bool = False,
+            why: str = "") -> HeadlineRow:
+        if value is None:
+            why = why or missing.get(metric.name.split("@")[0], "")
+            text = f"{metric.format(None)} {why}" if why else metric.format(None)
         return HeadlineRow(metric=metric, label=metric.label, value=value,
-                           text=text if text is not None and value is not None else metric.format(value),
+                           text=text if text is not None else metric.format(value),
                            compared_as=metric.name if compared else None)
 
     kv = C.KV_CACHE_TOKENS.format(h.logged_kv_cache_tokens)
@@ -242,16 +261,77 @@ def headline_rows(record: RunRecord) -> list[HeadlineRow]:
             f"{C.PEAK_OUTPUT.format(h.peak_output_tok_s)} @ {h.peak_concurrency} concurrent", compared=True),
         row(C.KNEE, h.knee_concurrency and float(h.knee_concurrency),
             f"{h.knee_concurrency} concurrent ({C.OUTPUT_THROUGHPUT.format(h.knee_output_tok_s)})"),
-        row(C.KV_CACHE_TOKENS, h.logged_kv_cache_tokens and float(h.logged_kv_cache_tokens), kv),
+        _kv_row(row(C.KV_CACHE_TOKENS, h.logged_kv_cache_tokens and float(h.logged_kv_cache_tokens), kv), h),
         row(C.MAX_CONCURRENCY, h.logged_max_concurrency),
         *_spec_and_vision_rows(h, row),
         row(C.START_TO_HEALTHY, h.start_to_healthy_s, compared=True),
         row(C.ERROR_REQUESTS, float(h.error_requests) if h.requests else None,
             f"{h.error_requests:,} of {h.requests:,}", compared=True),
-        *([row(C.UNMEASURABLE, float(h.unmeasurable_requests), unmeasurable_text(record))]
-          if h.unmeasurable_requests else []),
+        *([_unmeasurable_row(record, h)] if h.unmeasurable_requests else []),
         *accuracy_rows(record),
     ]
+
+
+def _kv_row(row: HeadlineRow, h: Headline) -> HeadlineRow:
+    """The KV cache vLLM logged in the cell; what the plan predicted in the note."""
+    if row.value is None or h.predicted_kv_cache_tokens is None:
+        return row
+    return row.model_copy(update={"cell": C.KV_CACHE_TOKENS.format(h.logged_kv_cache_tokens),
+                                  "note": f"the plan predicted {C.KV_CACHE_TOKENS.format(h.predicted_kv_cache_tokens)}"})
+
+
+def _unmeasurable_row(record: RunRecord, h: Headline) -> HeadlineRow:
+    """``2 of 67`` in the cell; in the note, each point that had some with its count and why."""
+    where = [f"{point_name(p)}: {p.unmeasurable}" + (f" ({p.unmeasurable_reasons})" if p.unmeasurable_reasons else "")
+             for p in record.points if p.unmeasurable]
+    more = len(where) - UNMEASURABLE_POINTS_SHOWN
+    note = ", ".join(where[:UNMEASURABLE_POINTS_SHOWN]) + (f", {more} more point{'s' if more > 1 else ''}" if more > 0
+                                                          else "")
+    return HeadlineRow(metric=C.UNMEASURABLE, label=C.UNMEASURABLE.label, value=float(h.unmeasurable_requests),
+                       text=unmeasurable_text(record), cell=f"{h.unmeasurable_requests:,} of {h.requests:,}", note=note)
+
+
+def _no_points(points: list[BenchPoint], kind: str) -> str:
+    """Why no point of ``kind`` (``prompt-length``, ``concurrency``) gave a value."""
+    if not points:
+        return f"(no {kind} point in the benchmark)"
+    if all(p.skipped for p in points):
+        return f"(every {kind} point skipped)"
+    failed, sent = sum(p.errors for p in points), sum(p.requests for p in points)
+    return f"(every request failed: {failed:,} of {sent:,})" if failed == sent else f"(no {kind} point has a value)"
+
+
+def missing_reasons(record: RunRecord, h: Headline) -> dict[str, str]:
+    """Why each headline number the run lacks is missing, by metric name (its part before ``@``): one short
+    phrase for the value cell, e.g. ``(every decode timing unmeasurable: 67 of 67)``. A failed run names its
+    stage for what its benchmark never measured; what the benchmark did measure says its own reason."""
+    benchmarked = bool(record.points)
+    failed = f"(the run failed at {record.failed_stage or 'setup'})" if record.status != "completed" else ""
+    before = "" if benchmarked else failed  # the run failed before its benchmark
+    prompts = [p for p in record.points if p.kind == "prompt_length"]
+    conc = [p for p in record.points if p.kind == "concurrency"]
+    ran = [p for p in prompts if p.measured]
+    decode = ttft = before or _no_points(prompts, "prompt-length")
+    if ran:
+        bad = sum(p.unmeasurable for p in ran)
+        done = sum(p.requests - p.errors for p in ran)
+        decode = f"(every decode timing unmeasurable: {bad:,} of {done:,})" if bad else "(no decode timing recorded)"
+        ttft = "(no TTFT recorded)"
+    no_conc = before or _no_points(conc, "concurrency")
+    started = any(a.ok for a in record.serve.attempts)
+    not_logged = "(not in vLLM's log)" if started else failed or "(the server was started by an earlier run)"
+    ceiling = ("(no weight size or host bandwidth to compute it from)" if record.audit
+               else failed or "(no audit in this run's record)")
+    out = {
+        C.DECODE.name: decode, C.TTFT.name: ttft, C.DECODE_CEILING.name: ceiling,
+        C.DECODE_PCT_OF_CEILING.name: before or ("(no decode rate)" if h.decode_tok_s is None else "(no decode ceiling)"),
+        C.PEAK_OUTPUT.name: no_conc, C.KNEE.name: no_conc,
+        C.KV_CACHE_TOKENS.name: not_logged, C.MAX_CONCURRENCY.name: not_logged,
+        C.START_TO_HEALTHY.name: ("(the server never answered its health check)" if record.serve.attempts
+                                  else failed or "(the server was started by an earlier run)"),
+        C.ERROR_REQUESTS.name: before or "(no request was sent)",
+    }
+    return {k.split("@")[0]: v for k, v in out.items()}
 
 
 def accuracy_rows(record: RunRecord) -> list[HeadlineRow]:
@@ -262,13 +342,17 @@ def accuracy_rows(record: RunRecord) -> list[HeadlineRow]:
     for e in record.evals:
         metric = C.accuracy_for(TASKS[e.task].title if e.task in TASKS else e.task, e.task)
         s = e.summary
-        text = C.fmt_accuracy(s.accuracy, s.ci_low, s.ci_high) + f" on {s.n:,}"
+        cell = C.fmt_accuracy(s.accuracy, s.ci_low, s.ci_high) + f" on {s.n:,}"
+        notes = []
         if e.status != "completed":
-            text += f" (stopped: {e.error[:80]})"
+            notes.append(f"stopped: {e.error[:80]}")
         if e.comparison is not None:
-            text += f"; {e.comparison.describe()}"
+            notes.append(e.comparison.describe())
+        text = cell + (f" ({notes[0]})" if e.status != "completed" else "") + \
+            (f"; {e.comparison.describe()}" if e.comparison is not None else "")
         rows.append(HeadlineRow(metric=metric, label=metric.label,
-                                value=100 * s.accuracy if s.accuracy is not None else None, text=text))
+                                value=100 * s.accuracy if s.accuracy is not None else None, text=text,
+                                cell=cell if notes else "", note="; ".join(notes)))
     return rows
 
 

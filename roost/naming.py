@@ -1,8 +1,10 @@
 """How a run is named and judged where people look for it (the Prefect UI's run list, its tags and
 its final state). Pure: a record and its comparison in, strings out.
 
-- :func:`run_name`: ``land · nvfp4 · spark · 1a2b3c4`` (flow, profile, host, short commit), so runs
-  of different models, hosts and commits can be told apart in the run list.
+- :func:`run_name`: ``land · nvfp4 · spark · 1a2b3c4 · 12-06 07:31:02 UTC`` (flow, profile, host, short
+  commit, start in UTC to the second), so runs of different models, hosts and commits can be told apart
+  in the run list, and two runs of the same one too; :func:`pinned_commit`: the commit a revision names
+  outright (a full sha), known before the Hub is asked.
 - :func:`run_verdict`: the run's verdict from the report stage's regression comparison
   (``roost.regress.RegressionReport``): a kind for the ``verdict:<kind>`` tag and a one-line message
   for the final state, e.g. ``regressed: Decode -46.0% vs runs A, B, C`` (the sign as ``fmt_change`` prints it).
@@ -10,17 +12,23 @@ its final state). Pure: a record and its comparison in, strings out.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 from pydantic import BaseModel
 
 from roost.catalogue import fmt_change
+from roost.headline import headline_rows
 from roost.records import RunRecord
-from roost.regress import RegressionReport
+from roost.regress import RegressionReport, verdict_scope
 
 SEP = " · "
 SHORT_COMMIT = 7
 """Characters of the commit a run name shows (git's short form)."""
+RUN_TIME = "%m-%d %H:%M:%S UTC"
+"""How a run name shows its start: month-day and time to the second, in UTC (the report's History
+table is in UTC too); runs of one configuration sort by it within a year."""
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
 VERDICT_TAG = "verdict:"
 MESSAGE_LIMIT = 300
@@ -30,10 +38,24 @@ _KINDS = {"regressed": "regressed", "ok": "ok", "insufficient": "insufficient", 
           "failed_run": "failed"}
 
 
-def run_name(flow: str, profile: str = "", host: str = "", commit: str = "") -> str:
-    """``flow · profile · host · commit7``; the parts not known yet are left out."""
-    parts = [flow, profile, host, commit[:SHORT_COMMIT]]
+def run_name(flow: str, profile: str = "", host: str = "", commit: str = "", started: dt.datetime | None = None) -> str:
+    """``flow · profile · host · commit7 · MM-DD HH:MM:SS UTC``; the parts not known yet are left out.
+
+    ``started``: when the run began (converted to UTC; a naive time is taken as UTC already).
+    """
+    when = ""
+    if started is not None:
+        utc = started.replace(tzinfo=dt.UTC) if started.tzinfo is None else started.astimezone(dt.UTC)
+        when = utc.strftime(RUN_TIME)
+    parts = [flow, profile, host, commit.strip()[:SHORT_COMMIT], when]
     return SEP.join(p.strip() for p in parts if p and p.strip())
+
+
+def pinned_commit(revision: str) -> str:
+    """The commit ``revision`` names when it is a full commit sha (lowercase or not); ``""`` for a branch,
+    a tag or a short sha, which only the Hub resolves."""
+    rev = revision.strip().lower()
+    return rev if _FULL_SHA.fullmatch(rev) else ""
 
 
 class RunVerdict(BaseModel):
@@ -54,6 +76,18 @@ def _one_line(text: str) -> str:
 
 def _runs(ids: list[str]) -> str:
     return f"runs {', '.join(ids)}" if ids else "the baseline"
+
+
+def _scope(record: RunRecord, comparison: RegressionReport) -> str:
+    """``; not judged: peak aggregate output tok/s (2 earlier values; a verdict needs 3); bands: decode tok/s ±32%,
+    TTFT ±12%``: the headline metrics the verdict did not judge (first: a long message is cut at its end), and
+    those it judged with their bands."""
+    named = [(r.label.split(" @ ")[0], r.compared_as if r.value is not None else None, "not measured")
+             for r in headline_rows(record) if r.compared_as]
+    scope = verdict_scope(comparison, named)
+    bands = [f"{label} {band}" for label, _, band, _ in scope.judged]
+    return (f"; not judged: {', '.join(scope.not_judged)}" if scope.not_judged else "") + \
+        (f"; bands: {', '.join(bands)}" if bands else "")
 
 
 def run_verdict(record: RunRecord, comparison: RegressionReport | None) -> RunVerdict:
@@ -82,11 +116,15 @@ def run_verdict(record: RunRecord, comparison: RegressionReport | None) -> RunVe
         return RunVerdict(kind=kind, message=f"regressed: {moves or comparison.message} vs "
                                              f"{_runs(comparison.baseline_run_ids)}")
     if kind == "ok":
-        return RunVerdict(kind=kind, message=_one_line(f"ok: {comparison.message}"))
+        n, better = len(comparison.baseline_run_ids), len(comparison.improvements)
+        said = f"no regression against the median of {n} earlier run{'s' if n != 1 else ''}" + \
+            (f", {better} improved" if better else "")
+        return RunVerdict(kind=kind, message=_one_line(f"ok: {said}{_scope(record, comparison)}"))
     if kind == "insufficient":
         n = len(comparison.baseline_run_ids)
-        detail = f"{n} run{'s' if n != 1 else ''}" if n else comparison.message
-        return RunVerdict(kind=kind, message=f"insufficient baseline ({detail})")
+        detail = f"{n} run{'s' if n != 1 else ''}; a verdict needs {comparison.config.min_runs}" if n \
+            else comparison.message
+        return RunVerdict(kind=kind, message=f"insufficient baseline ({detail}): nothing judged")
     if kind == "baseline":
         return RunVerdict(kind=kind, message="baseline: first run of this configuration")
     if kind == "failed":  # the comparison saw a failed run the record does not call failed

@@ -14,7 +14,8 @@ Schema history:
    (``roost.store`` flattens), so a table read with pandas has the same columns as before.
 
 The audit and plan documents read back typed (:class:`AuditSnapshot`, :class:`PlanSnapshot`) and are
-written back exactly as they were stored, so that change needed no new schema version.
+written back exactly as they were stored, so that change needed no new schema version; nor did
+``RunMeta.prefect_ui_url`` (an older record reads it as ``""``: no server known to hold its flow run).
 """
 
 from __future__ import annotations
@@ -92,6 +93,12 @@ class RunMeta(BaseModel):
                                 "the image needed no patch; '' for none, unknown (an older record) or the process backend.")
     vllm_args: list[str] = Field(default_factory=list)
     prefect_flow_run_id: str = ""
+    prefect_ui_url: str = Field(
+        default="", description="The Prefect UI of the server that holds the flow run (PREFECT_UI_URL, no trailing "
+        "slash): reports link the run only from that UI. '' when none lasts (roost run's temporary server) or "
+        "the record is older than the field. Runs are linked only when the workers record the same UI address "
+        "as the report is made with: another address of the same server (an alias, an IP) is not recognised, "
+        "so the run gets no link, never a broken one.")
 
     def comparable_key(self) -> tuple[str, ...]:
         """Runs with the same key are compared for regressions: model commit, image, vLLM version

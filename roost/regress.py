@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from roost.catalogue import Direction, Metric
+from roost.catalogue import Direction, Metric, fmt_change
 from roost.headline import Measured, run_metrics
 from roost.records import Distribution, EvalRecord, RunMeta, RunRecord
 
@@ -145,6 +145,61 @@ class RegressionReport(BaseModel):
 
     def get(self, metric_name: str) -> MetricComparison | None:
         return next((c for c in self.comparisons if c.metric.name == metric_name), None)
+
+
+def band_pct(c: MetricComparison) -> float | None:
+    """How far ``c``'s metric could move before it counted, as a percentage of its baseline (the threshold
+    the verdict used); None when it was not judged or the baseline is 0."""
+    if c.threshold is None or not c.baseline:
+        return None
+    return 100.0 * c.threshold / abs(c.baseline)
+
+
+def not_judged_reason(c: MetricComparison, config: RegressConfig) -> str:
+    """Why ``c`` has no verdict (``""`` when it has one): no earlier value, or too few of them."""
+    if c.verdict == "new":
+        return "no earlier value"
+    if c.verdict == "insufficient":
+        return f"{c.baseline_runs} earlier value{'s' if c.baseline_runs != 1 else ''}; a verdict needs {config.min_runs}"
+    return ""
+
+
+class VerdictScope(BaseModel):
+    """What a verdict covered: the named metrics it judged (label, change, band, verdict), the named ones it
+    did not judge and why, and how many other (per-point) metrics it judged and did not."""
+
+    judged: list[tuple[str, str, str, str]] = Field(default_factory=list, description="(label, change, band, verdict)")
+    not_judged: list[str] = Field(default_factory=list)
+    others_judged: int = 0
+    others_not_judged: int = 0
+
+
+def verdict_scope(report: RegressionReport, named: Sequence[tuple[str, str | None, str]]) -> VerdictScope:
+    """The scope of ``report``'s verdict; ``named``: (label, compared metric name or None when the run has no
+    value, why it has none) of the metrics to name, e.g. the headline's. ``judged``: ``("decode tok/s", "-1.2%", "±32%",
+    "unchanged")``; ``not_judged``: ``decode tok/s (2 earlier values; a verdict needs 3)``."""
+    scope = VerdictScope()
+    seen: set[str] = set()
+    for label, name, missing in named:
+        c = report.get(name) if name else None
+        if name:
+            seen.add(name)
+        if c is None:
+            scope.not_judged.append(f"{label} ({missing or 'not measured'})")
+        elif why := not_judged_reason(c, report.config):
+            scope.not_judged.append(f"{label} ({why})")
+        else:
+            pct = band_pct(c)
+            band = f"±{pct:.0f}%" if pct is not None else f"±{c.metric.format(c.threshold)}"
+            change = fmt_change(c.change_pct) if c.change_pct is not None else f"{c.metric.format(c.current)}"
+            scope.judged.append((label, change, band, c.verdict))
+    for c in report.comparisons:
+        if c.metric.name not in seen:
+            if not_judged_reason(c, report.config):
+                scope.others_not_judged += 1
+            else:
+                scope.others_judged += 1
+    return scope
 
 
 def comparable_history(

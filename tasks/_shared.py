@@ -9,7 +9,7 @@ from typing import Any
 from prefect.logging import get_run_logger
 
 from roost.hosts import HostProfile
-from roost.hub.errors import HubUnreachable, is_transient
+from roost.hub.errors import retry_may_cure
 from roost.hub.snapshot import DownloadSpec
 from roost.plan.report import AuditReport
 from roost.profiles import ModelProfile
@@ -18,13 +18,13 @@ from roost.settings import child_env
 
 
 def retry_transient_only(_task: Any, _task_run: Any, state: Any) -> bool:
-    """Retry when the Hub stayed unreachable; never for 401/403/404, bad input or integrity failures."""
+    """Prefect's retry condition of the Hub-facing tasks: only a transient failure roost's own retries never
+    saw (``roost.hub.errors.retry_may_cure``). An unreachable Hub was asked as often as roost asks (its message
+    says so), not again here; never for 401/403/404, bad input or integrity failures either."""
     try:
         state.result()
-    except HubUnreachable:
-        return True
     except Exception as exc:
-        return is_transient(exc)
+        return retry_may_cure(exc)
     return False
 
 

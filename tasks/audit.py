@@ -6,6 +6,7 @@ but a 14-shard checkpoint on a network disk is not free, so results are persiste
 come back as the models, the report's config included) and cached. The cache key covers everything
 the answer depends on:
 
+- the profile's plan inputs the report is named and windowed by (None: the directory's name);
 - every ``*.safetensors``, ``config.json``, ``model.safetensors.index.json`` and
   ``hf_quant_config.json`` of the directory by (name, size, mtime_ns, inode): a re-downloaded or
   touched file changes the key;
@@ -29,6 +30,7 @@ from prefect.context import TaskRunContext
 from prefect.logging import get_run_logger
 
 from blocks.resolve import load_host
+from roost.catalogue import DECODE_CEILING
 from roost.hosts import HostProfile
 from roost.plan.inputs import PlanInputs
 from roost.plan.preflight import PlanReport, plan_checkpoint
@@ -87,8 +89,10 @@ def _key(kind: str, model_dir: str, host: HostProfile, extra: Any) -> str:
 
 
 def audit_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
+    inputs: PlanInputs | None = parameters.get("inputs")
     return _key("audit", parameters["model_dir"], load_host(parameters["host_name"]),
-                {"expected_headers": parameters.get("expected_headers")})
+                {"expected_headers": parameters.get("expected_headers"),
+                 "inputs": inputs.model_dump(mode="json") if inputs is not None else None})
 
 
 def plan_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
@@ -104,19 +108,21 @@ def plan_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
 
 
 @task(name="audit", cache_key_fn=audit_cache_key, persist_result=True, result_serializer="pickle")
-def audit_task(model_dir: str, host_name: str, expected_headers: dict[str, str] | None = None) -> AuditReport:
+def audit_task(model_dir: str, host_name: str, expected_headers: dict[str, str] | None = None,
+               inputs: PlanInputs | None = None) -> AuditReport:
     """``roost audit --json`` for ``model_dir`` on host ``host_name``; error findings are in the result, not raised.
 
     ``expected_headers`` (shard -> digest, from the preflight): a shard whose header on disk differs is
-    a HEADER_CHANGED finding."""
+    a HEADER_CHANGED finding. ``inputs`` (the profile's plan inputs): the report names the model and the
+    window as the plan and the server take them (None: the directory's name, the native window)."""
     logger = get_run_logger()
     host = load_host(host_name)
-    report = audit_for_host(Path(model_dir), host, expected_headers=expected_headers)
+    report = audit_for_host(Path(model_dir), host, inputs=inputs, expected_headers=expected_headers)
     log_findings(report)
     logger.info(
-        "audited %s: %d tensors in %d shard(s), %.2f GB/token -> %.1f tok/s ceiling on %s (%.3f s)",
+        "audited %s: %d tensors in %d shard(s), %.2f GB/token -> %s ceiling on %s (%.3f s)",
         model_dir, report.tensor_count, report.shard_count, report.decode_bytes_per_token / 1e9,
-        report.decode_ceiling_tok_s, host.name, report.audit_seconds,
+        DECODE_CEILING.format(report.decode_ceiling_tok_s), host.name, report.audit_seconds,
     )
     return report
 

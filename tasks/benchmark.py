@@ -12,16 +12,19 @@ from typing import Any, cast
 from uuid import UUID
 
 from prefect import task
-from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from pydantic import SecretStr
 
 from roost import catalogue as C
 from roost.bench.sweep import BenchFailed, BenchResult, BenchSettings, make_settings, run_benchmark
+from roost.headline import point_name
 from roost.naming import artifact_key
 from roost.progress import terminal_progress
 from roost.records import BenchPoint
+from roost.report.blocks import Table
+from roost.report.markdown import pane_tables
 
 __all__ = ["BenchFailed", "benchmark_task", "point_table"]
 
@@ -37,6 +40,17 @@ def point_table(points: list[BenchPoint]) -> list[dict[str, object]]:
         row["skipped"] = p.skip_reason if p.skipped else ""
         rows.append(row)
     return rows
+
+
+def point_markdown(points: list[BenchPoint]) -> str:
+    """The points' table (:func:`point_table`, each named as the report names it) as Markdown that fits the
+    Prefect UI's artifact pane: split into narrower tables that each start with the point's name."""
+    rows = [{"point": point_name(p)} | {k: v for k, v in row.items() if k != "kind"}
+            for p, row in zip(points, point_table(points), strict=True)]
+    headers = list(rows[0])
+    table = Table(headers=headers, rows=[["" if v is None else str(v) for v in r.values()] for r in rows],
+                  align_right=[i for i, h in enumerate(headers) if h not in ("point", "skipped")])
+    return pane_tables(table)
 
 
 @task(name="benchmark", cache_policy=NO_CACHE, persist_result=False)
@@ -87,9 +101,9 @@ def benchmark_task(
     for note in result.notes:
         logger.warning("%s", note)
     if result.points:
-        create_table_artifact(table=point_table(result.points), key=artifact_key(f"{kind}-points", profile, host),
-                              description=f"{where}: one row per point, numbers as the report prints them "
-                              "(definitions: roost/catalogue.py)")
+        create_markdown_artifact(markdown=point_markdown(result.points), key=artifact_key(f"{kind}-points", profile, host),
+                                 description=f"{where}: one row per point, numbers as the report prints them "
+                                 "(definitions: roost/catalogue.py)")
     if result.knee is not None:
         logger.info("knee: %s", result.knee.describe())
     if result.failed:

@@ -1,8 +1,10 @@
 """Download stage: fetch + verify a checkpoint (``roost.hub.snapshot``), with Prefect retries, caching
 and a progress artifact. Returns the :class:`~roost.hub.snapshot.DownloadResult` model.
 
-- Retries only transient faults (the Hub unreachable after roost's own backoff); 401/403/404, a bad
-  revision, no disk space and integrity failures fail at once (``retry_condition_fn``).
+- Each failure is retried by one layer: roost's client retries the Hub's transient faults (with backoff,
+  resuming partial files) and raises ``HubUnreachable`` once its attempts are spent; Prefect's retries
+  are only for a transient fault that escaped it. ``HubUnreachable``, 401/403/404, a bad revision, no
+  disk space and integrity failures fail the task at once (``retry_condition_fn``).
 - Cache key: repo + resolved commit + pattern selection + local dir + the fingerprints of the verified
   files (``warm_state_key``). The revision is resolved first (a full sha needs no network), and there
   is no key (the task runs) unless the manifest says this commit is verified there and no file

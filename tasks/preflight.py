@@ -4,8 +4,9 @@ A thin task over :func:`roost.hub.preflight.preflight` (config, index and each s
 HTTP, cached per commit) and the same audit and plan the downloaded files get
 (:func:`roost.plan.report.audit_for_host`, :func:`roost.plan.preflight.plan_checkpoint`). Error findings
 and a plan refusal are in the result, not raised: the stage decides. The Hub token comes from the
-profile's Secret block, else ``HF_TOKEN``, as in the download task; a Hub that stays unreachable is
-retried like the download.
+profile's Secret block, else ``HF_TOKEN``, as in the download task. A Hub that stays unreachable is
+retried by roost's client alone (``HubUnreachable`` says how often); Prefect's ``retries`` are for a
+transient fault that escaped it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 
 from blocks.resolve import load_host
 from blocks.secrets import hub_token
+from roost.catalogue import DECODE_CEILING
 from roost.hub.preflight import HubRef, PreflightStats, preflight
 from roost.plan.inputs import PlanInputs
 from roost.plan.preflight import PlanReport, plan_checkpoint
@@ -46,13 +48,14 @@ def preflight_task(profile: ModelProfile, revision: str | None, host_name: str, 
                    token=hub_token(token_secret), allow_patterns=spec.allow_patterns,
                    ignore_patterns=spec.ignore_patterns)
     host = load_host(host_name)
-    audit = audit_for_host(pf.files, host).from_hub(pf.repo_id, pf.commit, pf.bytes_fetched)
+    # named and windowed as the plan (and the landing) serve it: the profile's settings and overrides
+    audit = audit_for_host(pf.files, host, inputs=inputs).from_hub(pf.repo_id, pf.commit, pf.bytes_fetched)
     plan = plan_checkpoint(audit, host, inputs, env=server_env(host))
     log_findings(audit)
     how = "from the preflight cache" if pf.stats.cached else f"{pf.bytes_fetched:,} bytes fetched"
     logger.info("preflight of %s@%s: %d tensors in %d shard(s) audited from their headers (%s, %.2f s); "
-                "%.2f GB/token -> %.1f tok/s ceiling on %s", pf.repo_id, pf.commit[:12], audit.tensor_count,
+                "%.2f GB/token -> %s ceiling on %s", pf.repo_id, pf.commit[:12], audit.tensor_count,
                 audit.shard_count, how, pf.stats.seconds, audit.decode_bytes_per_token / 1e9,
-                audit.decode_ceiling_tok_s, host.name)
+                DECODE_CEILING.format(audit.decode_ceiling_tok_s), host.name)
     return PreflightOutcome(commit=pf.commit, audit=audit, plan=plan, header_digests=pf.header_digests(),
                             stats=pf.stats)

@@ -12,8 +12,9 @@ flow still notifies Slack about the run.
 The artifacts are published by the flow (``flows.stages.report_stage`` calls ``publish_artifacts``)
 so that they belong to the flow run. A browser reaches the report files only through a results URL
 (``roost.report.publish``): with one, the Markdown artifact shows every chart from the served files
-and a link and an image artifact point at them; without one, it shows the headline charts as small
-inline PNGs and says how to serve the rest (a ``file://`` link would not open in the Prefect UI).
+and a link and an image artifact point at them; without one, it shows every chart as a small inline PNG
+and ends with how to serve the full report (a ``file://`` link would not open in the Prefect UI). The
+artifact is rendered for the pane it lives in (``images="pane"``: tables fitted, ``roost.report.pane``).
 """
 
 from __future__ import annotations
@@ -59,16 +60,16 @@ HISTORY_LIMIT = 60
 
 
 def headline_table(record: RunRecord, comparison: RegressionReport | None) -> list[dict[str, str]]:
-    """Rows of the headline table artifact: metric, value, baseline, change, verdict. Every regressed
+    """Rows of the headline table artifact: metric, value, change (against the baseline), verdict. Every regressed
     metric has a row (one that is not a headline number is added after them); the last row says the
-    verdict in words."""
-    words = {"insufficient": "no verdict (insufficient baseline)", "new": "new (no baseline)"}
+    verdict in a few words (the report artifact says it in full). Short cells: the Prefect UI never wraps
+    a table cell, and the table must fit its pane at 1,280 px."""
+    words = {"insufficient": "too few runs", "new": "new"}
 
     def row(label: str, value: str, c: MetricComparison | None) -> dict[str, str]:
         return {
             "metric": label,
             "value": value,
-            "baseline": c.metric.format(c.baseline) if c is not None and c.baseline is not None else "—",
             "change": fmt_change(c.change_pct) if c is not None and c.change_pct is not None else "—",
             "verdict": words.get(c.verdict, c.verdict) if c is not None else "—",
         }
@@ -77,23 +78,28 @@ def headline_table(record: RunRecord, comparison: RegressionReport | None) -> li
     shown: set[str] = set()
     for r in headline_rows(record):
         c = comparison.get(r.compared_as) if comparison is not None and r.compared_as else None
-        rows.append(row(r.label, r.text, c))
+        rows.append(row(r.label, r.short if r.value is not None else r.metric.format(None), c))
         if c is not None:
             shown.add(c.metric.name)
     for c in comparison.regressions if comparison is not None else []:
         if c.metric.name not in shown:
             rows.append(row(c.metric.label, c.metric.format(c.current), c))
     if record.status != "completed":
-        verdict, value = "run failed", f"the run failed at {record.failed_stage or 'an unknown stage'}: not compared"
+        verdict, value = "run failed", f"at {record.failed_stage or 'an unknown stage'}"
     elif comparison is None:
-        verdict, value = "not compared", "no baseline comparison was made"
+        verdict, value = "not compared", "no baseline"
     else:
-        n = len(comparison.regressions)
-        verdict = {"baseline": "baseline established", "insufficient": "no verdict: insufficient baseline",
-                   "regressed": f"REGRESSED: {n} metric{'s' if n != 1 else ''}", "ok": "no regression",
+        n, runs = len(comparison.regressions), len(comparison.baseline_run_ids)
+        verdict = {"baseline": "baseline", "insufficient": "no verdict", "ok": "no regression", "regressed": "REGRESSED",
                    "failed_run": "run failed"}[comparison.status]
-        value = comparison.message
-    rows.append({"metric": "verdict", "value": value, "baseline": "—", "change": "—", "verdict": verdict})
+        against = f"{runs} earlier run{'s' if runs != 1 else ''}"
+        value = {"baseline": "first run", "insufficient": f"{against}, {comparison.config.min_runs} needed",
+                 "regressed": f"{n} metric{'s' if n != 1 else ''} vs {against}"}.get(comparison.status, f"vs {against}")
+    worse = record.accuracy_regressions if record.status == "completed" else []
+    if worse:  # a significantly worse evaluation (McNemar) is a regression whatever the speed says
+        verdict, value = "REGRESSED", ", ".join(f"{e.task} {e.comparison.delta_points:+.1f} points" for e in worse
+                                                if e.comparison is not None)
+    rows.append({"metric": "verdict", "value": value, "change": "—", "verdict": verdict})
     return rows
 
 
@@ -146,7 +152,7 @@ def comparison_markdown(models: ModelComparison, files: ReportFiles, urls: Repor
     sources = {p: src for name, p in files.charts.items() if p in charts
                and (src := served.get(name) or png_data_uri(p)) is not None}
     doc = Document(title=f"{models.a.name} vs {models.b.name} on {models.a.host}", facts=[], sections=[section])
-    return render_markdown(doc, files.directory, images="path", sources=sources)
+    return render_markdown(doc, files.directory, images="pane", sources=sources)
 
 
 def results_url_for(host_results_url: str = "", logger: Any = None) -> str:
@@ -159,20 +165,31 @@ def results_url_for(host_results_url: str = "", logger: Any = None) -> str:
         return ""
 
 
+ARTIFACT_CHART_BYTES = 800_000
+"""Most bytes of inline charts one artifact carries (its charts as small PNGs when no results URL serves them)."""
+
+
 def artifact_sources(files: ReportFiles, urls: ReportUrls | None) -> tuple[dict[Path, str], str]:
-    """The charts the artifact Markdown shows as images ({path: source}), and the line that says
-    where the full report is: every chart from the results URL when there is one, else the headline
-    charts as small inline PNGs (the rest stay named by path)."""
-    sources: dict[Path, str] = {}
+    """The charts the artifact Markdown shows as images ({path: source}), and the line that says where the
+    full report is: every chart from the results URL when there is one, else every chart as a small inline
+    PNG (headline charts first, while they fit ``ARTIFACT_CHART_BYTES``), so the Prefect UI shows them with no
+    server."""
     if urls is not None:
-        sources = {path: urls.charts[name] for name, path in files.charts.items() if name in urls.charts}
-        return sources, f"**Full report:** [report.html]({urls.html}) · [report.md]({urls.markdown})"
-    for name in headline_charts(files.charts):
+        served = {path: urls.charts[name] for name, path in files.charts.items() if name in urls.charts}
+        return served, f"**Full report:** [report.html]({urls.html}) · [report.md]({urls.markdown})"
+    sources: dict[Path, str] = {}
+    first = headline_charts(files.charts)
+    budget = ARTIFACT_CHART_BYTES
+    for name in [*first, *(n for n in files.charts if n not in first)]:
         uri = png_data_uri(files.charts[name])
-        if uri is not None:
-            sources[files.charts[name]] = uri
-    note = (f"**Full report:** `{files.html}` on the worker. The headline charts below are small copies; "
-            f"to open the full report and every chart from the Prefect UI, {ENABLE_HINT}.")
+        if uri is None or len(uri) > budget:
+            break  # the rest are named (in the full report) rather than drawn
+        sources[files.charts[name]] = uri
+        budget -= len(uri)
+    left = len(files.charts) - len(sources)
+    copies = "charts here are small copies" + (f"; {left} more are only there" if left else "")
+    note = (f"**Full report:** `report.html` in `{files.directory}` on the worker ({copies}); to open it from the "
+            f"Prefect UI, {ENABLE_HINT}.")
     return sources, note
 
 
@@ -262,8 +279,12 @@ def build_report(
             log.warning("the report %s is not under the served reports directory; no URLs for it", files.directory)
         doc = build_document(record, history, outcome.comparison, files.charts, ui_url=ui_url, models=outcome.models)
         sources, note = artifact_sources(files, outcome.urls)
-        title, _, rest = render_markdown(doc, out_dir, images="path", sources=sources).partition("\n")
-        outcome.artifact_markdown = f"{title}\n\n{note}\n{rest}"
+        markdown = render_markdown(doc, out_dir, images="pane", sources=sources)
+        if outcome.urls is not None:  # a link that opens: under the title
+            title, _, rest = markdown.partition("\n")
+            outcome.artifact_markdown = f"{title}\n\n{note}\n{rest}"
+        else:  # the worker's path and how to serve it: at the end, after what the pane can show
+            outcome.artifact_markdown = f"{markdown}\n{note}\n"
     except OSError as exc:  # a full or read-only disk: said in one line, not as a crash
         log.error("could not write the report in %s: %s", out_dir, exc.strerror or exc)
         outcome.errors.append(f"report: {exc}")

@@ -38,10 +38,10 @@ def audit_stage(record: RunRecord, prof: ModelProfile, host: HostProfile, checkp
     """
     expected = preflight.header_digests if preflight is not None and preflight.commit == checkpoint.commit else None
     with stage(record, "audit") as st:
-        audit_state = audit_task(str(checkpoint.model_dir), host.name, expected, return_state=True)
+        inputs = prof.plan_inputs(overrides)  # the audit names the window and the model as the plan serves them
+        audit_state = audit_task(str(checkpoint.model_dir), host.name, expected, inputs=inputs, return_state=True)
         audit: AuditReport = audit_state.result()
-        plan_state = plan_task(str(checkpoint.model_dir), host.name, audit, prof.plan_inputs(overrides),
-                               return_state=True)
+        plan_state = plan_task(str(checkpoint.model_dir), host.name, audit, inputs, return_state=True)
         plan: PlanReport = plan_state.result()
         _record_plan(record, audit, plan)
         st.cached = audit_state.name == "Cached" and plan_state.name == "Cached"

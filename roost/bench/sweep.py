@@ -101,9 +101,12 @@ class _Run:
     # -- plumbing --
 
     async def report(self, message: str) -> None:
-        log.info("%s", message)
+        """One progress line: to the ``progress`` callback, which reports it (a Prefect task logs it,
+        ``tasks/benchmark.py``), or without one to this module's logger; never both (it would show twice)."""
         if self.progress is None:
+            log.info("%s", message)
             return
+        log.debug("%s", message)
         frac = min(1.0, self.done_steps / max(1, self.total_steps))
         try:
             await asyncio.to_thread(self.progress, message, frac)

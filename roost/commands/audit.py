@@ -25,7 +25,7 @@ def audit(
                                              "else spark).")] = None,
     profile: Annotated[str | None, typer.Option(
         "--profile", help="Model profile: with no PATH, audit its repository and revision on the Hub "
-        "(with its file patterns).")] = None,
+        "(with its file patterns); the report takes its served model name, window and overrides.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full report as JSON.")] = False,
 ) -> None:
     """Audit a checkpoint from its headers alone: integrity, layout, findings, decode ceiling, vLLM args."""
@@ -39,7 +39,10 @@ def audit(
         from roost.profiles import get_profile  # the profiles' settings: only when one is named
 
         prof = get_profile(profile)
-    report = audit_target(path, prof, get_host(host or (prof.host if prof is not None else "spark")))
+    target = get_host(host or (prof.host if prof is not None else "spark"))
+    report = audit_target(path, prof, target)
+    if prof is not None:  # named and windowed as the profile serves it, as `roost plan --profile` plans it
+        report = report.served_with(target, prof.plan_inputs())
     if as_json:
         echo_json(report.to_json())
     else:

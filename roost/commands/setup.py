@@ -17,14 +17,18 @@ def register(app: typer.Typer) -> None:
         help="Register roost on the Prefect server at PREFECT_API_URL: block types and documents (hosts, model "
         "profiles; host documents earlier releases saved as spark-host are migrated to roost-host), the "
         "process work pool, one work queue and one serving concurrency limit per host, the zombie-run "
-        "automation, the crash alert (from the roost-slack Slack block, when saved), and the land / "
-        "rebenchmark / audit deployments. Hosts: every saved roost-host block, this machine's cpu, and "
-        "those named with --hosts. Idempotent: a second run changes nothing and says so.",
+        "automation, the crash alert (from the roost-slack Slack block, when saved), the land / "
+        "rebenchmark / audit deployments, and with two hosts or more the sweep's queue and deployment. "
+        "Hosts: every saved roost-host block, this machine's cpu, and those named with --hosts. Prints the "
+        "worker to start on each host. Idempotent: a second run changes nothing and says so.",
     )(user_errors(setup))
 
 
 def setup(
-    pool: Annotated[str, typer.Option(help="Work pool (process type) the workers poll.")] = "roost-spark",
+    pool: Annotated[str | None, typer.Option(
+        help="Work pool (process type) the workers poll. Default: roost, or roost-spark where an earlier "
+             "release's roost-spark pool holds roost's deployments (kept so its workers keep getting runs).",
+        show_default=False)] = None,
     hosts: Annotated[str | None, typer.Option(
         help="Comma-separated hosts to set up besides those that exist (saved roost-host blocks, and cpu): one "
              "work queue, limit and deployment set each (e.g. spark, or a saved roost-host block's name).")] = None,
@@ -44,6 +48,8 @@ def setup(
                             "runs the stock python -m prefect.engine).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
+    if pool is not None and not pool.strip():
+        raise UserError("--pool is empty: name a work pool, e.g. --pool roost, or leave it out")
     host_list = [h.strip() for h in hosts.split(",") if h.strip()] if hosts is not None else []
     if hosts is not None and not host_list:
         raise UserError("--hosts is empty: name at least one host, e.g. --hosts spark, or leave it out")
@@ -66,13 +72,14 @@ def setup(
         return
     for item in report.items:
         typer.echo(f"{item.status:<10} {item.kind:<18} {item.name}" + (f"  ({item.detail})" if item.detail else ""))
+    typer.echo(f"work pool: {report.pool}" + (f" ({report.pool_note})" if report.pool_note else ""))
     typer.echo(f"hosts set up: {', '.join(report.hosts)}")
     for host, why in report.skipped_hosts.items():
         typer.echo(f"host skipped: {host}: {why}")
     typer.echo(report.crash_alerts)
+    typer.echo(report.sweep)
+    for host, command in zip(report.hosts, report.workers, strict=True):
+        typer.echo(f"worker on {host}: {command}")
     n = len(report.changed)
-    typer.echo(f"roost setup: {n} object(s) created, updated or migrated on {report.api_url}" if n else
+    typer.echo(f"roost setup: {n} object(s) created, updated, migrated or removed on {report.api_url}" if n else
                f"roost setup: nothing to change on {report.api_url}")
-    if n:
-        typer.echo(f"next: start a worker per host: "
-                   f"PREFECT_WORKER_QUERY_SECONDS=1 prefect worker start --pool {report.pool} --work-queue <host>")

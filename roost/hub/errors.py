@@ -77,7 +77,8 @@ def _request_secrets(response: Any) -> list[str]:
 
 
 class HubUnreachable(StageFailed):
-    """The Hub kept failing transiently (5xx, resets, timeouts) after every retry; worth retrying later."""
+    """The Hub kept failing transiently (5xx, resets, timeouts) after every retry roost makes
+    (``roost.hub._retries``: its message counts them); worth running again later, not at once."""
 
     def __init__(self, message: str, stage: str = "download") -> None:
         super().__init__(stage, message)
@@ -132,6 +133,17 @@ def is_transient(exc: BaseException) -> bool:
         exc,
         TransferIncomplete | httpx.TransportError | httpx2.TransportError | TimeoutError | ConnectionError,
     )
+
+
+def retry_may_cure(exc: BaseException) -> bool:
+    """Whether running a failed step again at once (a Prefect task's ``retries``) may cure ``exc``: a
+    transient fault (:func:`is_transient`) that no roost retry saw. Never :class:`HubUnreachable`, which
+    roost raises only once its own attempts are spent (its message says how many, "the most roost
+    makes"), nor a :class:`~roost.errors.UserError` (bad input, a refusal: asking again cannot help).
+    One layer retries each failure: roost the Hub's faults, Prefect what escaped roost's retries."""
+    if isinstance(exc, HubUnreachable | UserError):
+        return False
+    return is_transient(exc)
 
 
 def short_fault(exc: BaseException) -> str:

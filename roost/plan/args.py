@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from roost.checkpoint.config import ModelConfigInfo
 from roost.errors import UserError
 from roost.inputs.text import shown
-from roost.plan.inputs import ServingSettings
+from roost.plan.inputs import PlanInputs, ServingSettings
 from roost.plan.kv import KvModelSpec, KvRules, kv_model_from_config, pool_for_concurrency
 from roost.units import GiB
 from roost.vllm.argv import VllmArgv
@@ -213,6 +213,16 @@ def parse_overrides(argv: list[str]) -> VllmOverrides:
         if (on := given.enabled(flag)) is not None:  # ``--no-<flag>`` turns it off; the last one wins
             found[field] = on
     return VllmOverrides(**found)
+
+
+def served_as(inputs: PlanInputs, *, native_window: int, default_name: str) -> tuple[str, int]:
+    """The model name a server answers to and the window it serves, for ``inputs``: the one rule the
+    audit, the plan and the landing share. The name is the profile's (else ``default_name``: the
+    directory's); the window is the overrides' ``--max-model-len`` (the last one wins, as in vLLM), else
+    the profile's ``max_model_len``, else ``native_window`` (the config's max_position_embeddings)."""
+    overrides = parse_overrides(list(inputs.vllm_overrides))
+    return (inputs.served_model_name or default_name,
+            overrides.max_model_len or inputs.max_model_len or native_window)
 
 
 def _share(flag: str, value: str) -> float:

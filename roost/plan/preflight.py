@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
+from roost.catalogue import DECODE_CEILING, KV_CACHE_TOKENS, MAX_CONCURRENCY
 from roost.errors import StageFailed
 from roost.hosts import HostProfile
 from roost.plan.args import (
@@ -22,6 +23,7 @@ from roost.plan.args import (
     kv_cache_dtype_for,
     parse_overrides,
     serve_kv_model,
+    served_as,
 )
 from roost.plan.fit import FitCheck, fit_check
 from roost.plan.inputs import PlanInputs, ServingSettings
@@ -55,7 +57,7 @@ class PlanReport(BaseModel):
     host: str
     rules: str = Field(description="Which vLLM build's sizing rules were applied.")
     architecture: str
-    max_model_len: int
+    max_model_len: int = Field(description="The window the server serves (--max-model-len).")
     kv_cache_memory_bytes: int
     block_size: int
     kv_cache_tokens: int
@@ -76,6 +78,7 @@ class PlanReport(BaseModel):
         default=None, description="The share of the device's memory vLLM sizes the pool from (None: a pinned pool).")
     pool: PoolPrediction = Field(description="How the pool is known: pinned (exact), or predicted from the "
                                  "utilization with its terms and range (vLLM logs the figure it took).")
+    served_model_name: str = Field(default="", description="The name the server answers to (--served-model-name).")
     repo_id: str | None = Field(default=None, description="Planned from the Hub: the repository read.")
     commit: str | None = Field(default=None, description="Planned from the Hub: the commit the revision resolved to.")
     bytes_fetched: int | None = Field(default=None, description="Planned from the Hub: every byte read from the network.")
@@ -103,7 +106,8 @@ class PlanReport(BaseModel):
 
     def summary(self) -> str:
         lines = [
-            f"{self.path} on {self.host} ({self.rules}): max_model_len {self.max_model_len:,}, "
+            f"{self.path} on {self.host} ({self.rules}): served as {self.served_model_name or '-'}, "
+            f"max_model_len {self.max_model_len:,}, "
             f"pool {self.kv_cache_memory_bytes:,} bytes ({format_memory(self.kv_cache_memory_bytes)})"
             + (f", predicted from --gpu-memory-utilization {self.gpu_memory_utilization:g}"
                if self.gpu_memory_utilization is not None else ""),
@@ -111,7 +115,8 @@ class PlanReport(BaseModel):
                f"{self.pool.exactness}"] if self.pool.low_bytes != self.pool.high_bytes else []),
             f"  block size {self.block_size}, {self.kv.num_blocks:,} blocks of {self.kv.bytes_per_block:,} bytes, "
             f"{self.kv.blocks_per_request} per request, {len(self.kv.groups)} group(s)",
-            W.KV_CACHE_SIZE.line(f" {self.kv_cache_tokens:,} tokens; max concurrency {self.max_concurrency:.2f}x",
+            W.KV_CACHE_SIZE.line(f" {KV_CACHE_TOKENS.format(self.kv_cache_tokens)}; max concurrency "
+                                 f"{MAX_CONCURRENCY.format(self.max_concurrency)}",
                                  before="  "),
             f"  one full request needs a pool of {self.min_kv_cache_bytes:,} bytes ({format_memory(self.min_kv_cache_bytes)}): "
             + ("fits" if self.fits_one_request else "DOES NOT FIT"),
@@ -119,7 +124,7 @@ class PlanReport(BaseModel):
             f"headroom {format_memory(self.fit.headroom_bytes)} = {format_memory(self.fit.total_bytes)} of "
             f"{format_memory(self.fit.usable_bytes)}: "
             + ("fits" if self.fits_host else "DOES NOT FIT"),
-            f"  decode ceiling {self.decode_ceiling_tok_s:.1f} tok/s",
+            f"  decode ceiling {DECODE_CEILING.format(self.decode_ceiling_tok_s)}",
             f"  scheduler: max-num-seqs {self.max_num_seqs or 'vLLM default'}, "
             f"max-num-batched-tokens {self.max_num_batched_tokens or 'vLLM default'}",
             "  vLLM args: " + " ".join(shlex.quote(a) for a in self.vllm_args),
@@ -180,18 +185,19 @@ def plan_checkpoint(
     if ov.block_size is not None:
         rules = rules.model_copy(update={"default_block_size": ov.block_size})
     prefix = next((p for p in (ov.enable_prefix_caching, inputs.enable_prefix_caching) if p is not None), None)
-    L = ov.max_model_len or inputs.max_model_len or audit.config.max_position_embeddings
+    name, L = served_as(inputs, native_window=audit.config.max_position_embeddings, default_name=audit.served_model_name)
     kv_model = _served_kv_model(audit, rules, ov)
     min_pool = pool_for_concurrency(kv_model, rules, 1.0, L, enable_prefix_caching=prefix)
     sizing = _size_pool(audit, host, inputs, ov, env, rules=rules, kv_model=kv_model, max_model_len=L, prefix=prefix)
     kv = plan_kv(kv_model, rules, sizing.pool, L, enable_prefix_caching=prefix)
-    argv = _server_argv(audit, inputs, rules, max_model_len=L, sizing=sizing, min_pool=min_pool)
+    argv = _server_argv(audit, inputs, rules, served_model_name=name, max_model_len=L, sizing=sizing, min_pool=min_pool)
     fit = fit_check(audit.load_weight_bytes, sizing.pool, host)
     return PlanReport(
         path=audit.path,
         host=host.name,
         rules=rules.name,
         architecture=audit.architecture,
+        served_model_name=name,
         max_model_len=kv.max_model_len,
         kv_cache_memory_bytes=sizing.pool,
         block_size=kv.block_size,
@@ -266,7 +272,7 @@ def _size_pool(audit: AuditReport, host: HostProfile, inputs: PlanInputs, ov: Vl
     return _PoolSizing(requested, pool, utilization, prediction)
 
 
-def _server_argv(audit: AuditReport, inputs: PlanInputs, rules: KvRules, *, max_model_len: int,
+def _server_argv(audit: AuditReport, inputs: PlanInputs, rules: KvRules, *, served_model_name: str, max_model_len: int,
                  sizing: _PoolSizing, min_pool: int) -> list[str]:
     """The whole argument list a server gets: derived, the profile's settings, then the overrides."""
     args = derive_vllm_args(
@@ -274,7 +280,7 @@ def _server_argv(audit: AuditReport, inputs: PlanInputs, rules: KvRules, *, max_
         rules,
         visual_tensor_count=audit.visual_tensor_count,
         mtp_tensor_count=audit.mtp_tensor_count,
-        served_model_name=inputs.served_model_name or audit.served_model_name,
+        served_model_name=served_model_name,
         max_model_len=max_model_len,
         kv_cache_memory_bytes=max(sizing.requested, min_pool),
         max_num_seqs=inputs.max_num_seqs,

@@ -2,9 +2,14 @@
 
 A checkpoint audit (:func:`roost.checkpoint.audit.audit_checkpoint`: headers, config, findings) knows
 nothing of hosts. ``audit_report`` adds what serving on one host means: the vLLM arguments the
-checkpoint needs (with the smallest KV pool for a target concurrency at the native window), the
+checkpoint needs (with the smallest KV pool for a target concurrency at the window served), the
 weights vLLM will load with them, the fit on the host (DOES_NOT_FIT_HOST), the decode ceiling against
 the host's bandwidth, and the KV bytes per token as vLLM will store them. ``audit_for_host`` does both.
+
+Given what a profile asks for (:class:`~roost.plan.inputs.PlanInputs`), the report names the model and
+the window as the plan and the landing will serve them (:func:`roost.plan.args.served_as`: the
+overrides, then the profile's settings, then the checkpoint's own), so an audit never says 4,096 tokens
+where the server gets 2,048; ``native_max_model_len`` keeps the config's window.
 """
 
 from __future__ import annotations
@@ -12,19 +17,21 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from pydantic import BaseModel, Field
 
+from roost.catalogue import DECODE_CEILING
 from roost.checkpoint.audit import CheckpointAudit, audit_checkpoint
 from roost.checkpoint.config import ModelConfigInfo
 from roost.checkpoint.files import CheckpointFiles
 from roost.checkpoint.findings import Finding
-from roost.checkpoint.layout import TENSOR_CLASSES
+from roost.checkpoint.layout import TENSOR_CLASSES, TensorClass
 from roost.checkpoint.model import ExpertLayout, QuantSummary
 from roost.hosts import HostProfile
-from roost.plan.args import derive_vllm_args, serve_kv_model
-from roost.plan.fit import decode_ceiling_tok_s, fit_check, fit_findings, load_weight_bytes
+from roost.plan.args import ServeArgs, derive_vllm_args, serve_kv_model, served_as
+from roost.plan.fit import FIT_CODES, decode_ceiling_tok_s, fit_check, fit_findings, load_weight_bytes
+from roost.plan.inputs import PlanInputs
 from roost.plan.kv import rules_for_host
 from roost.units import GB, KiB, format_bytes, format_memory
 
@@ -61,12 +68,14 @@ class AuditReport(BaseModel):
     decode_bytes_per_token: int = Field(description="Weight bytes one decode step reads (see roost.checkpoint.model.decode_bytes_per_token).")
     decode_ceiling_tok_s: float = Field(description="host bandwidth / decode_bytes_per_token.")
     kv_bytes_per_token: int = Field(description="K+V of one token over all full-attention layers as vLLM will store it.")
-    max_model_len: int = Field(description="Native window (max_position_embeddings).")
+    max_model_len: int = Field(description="The window served: the overrides' --max-model-len, else the profile's "
+                               "max_model_len, else the native window (as the plan and the landing use it).")
     findings: list[Finding]
     vllm_args: list[str]
     kv_cache_memory_bytes: int = Field(description="The pool in vllm_args: smallest for the target concurrency.")
     load_weight_bytes: int = Field(description="Weights vLLM will load with vllm_args (tower/MTP dropped when unused).")
     audit_seconds: float
+    native_max_model_len: int = Field(default=0, description="The checkpoint's own window (max_position_embeddings).")
     repo_id: str | None = Field(default=None, description="Preflight from the Hub: the repository read.")
     commit: str | None = Field(default=None, description="Preflight from the Hub: the commit the revision resolved to.")
     bytes_fetched: int | None = Field(default=None, description="Preflight from the Hub: every byte read from the network.")
@@ -89,6 +98,24 @@ class AuditReport(BaseModel):
         """This report, marked as read from the Hub (a preflight): the JSON then carries the three fields."""
         return self.model_copy(update={"repo_id": repo_id, "commit": commit, "bytes_fetched": bytes_fetched})
 
+    def served_with(self, host: HostProfile, inputs: PlanInputs) -> AuditReport:
+        """This report as ``inputs`` (a profile's plan inputs) serve the checkpoint on ``host``: their model
+        name and window, the arguments, weights and fit that follow (what :func:`audit_report` gives with
+        them; a report already made with them comes back equal)."""
+        name, window = served_as(inputs, native_window=self.config.max_position_embeddings,
+                                 default_name=self.served_model_name)
+        serving = _serving(self.config, host, visual_tensor_count=self.visual_tensor_count,
+                           mtp_tensor_count=self.mtp_tensor_count,
+                           bytes_by_class=cast(dict[TensorClass, int], self.weight_bytes_by_class),
+                           served_model_name=name, max_model_len=window,
+                           target_concurrency=inputs.target_concurrency)
+        kept = [f for f in self.findings if f.code not in FIT_CODES]
+        kv = serve_kv_model(self.config, rules_for_host(host), mtp_tensor_count=self.mtp_tensor_count)
+        return self.model_copy(update={
+            **serving.fields(), "host": host.name, "findings": [*kept, *serving.findings],
+            "decode_ceiling_tok_s": decode_ceiling_tok_s(self.decode_bytes_per_token, host),
+            "kv_bytes_per_token": kv.kv_bytes_per_token})
+
     def summary(self) -> str:
         lines = [
             f"{self.path}: {self.architecture} ({self.model_type}), {self.shard_count} shard(s)"
@@ -105,7 +132,7 @@ class AuditReport(BaseModel):
             lines.append(f"    {cls:<20} {format_memory(b):>12}")
         lines += [
             f"  decode reads {self.decode_bytes_per_token / GB:.2f} GB/token -> ceiling "
-            f"{self.decode_ceiling_tok_s:.1f} tok/s on {self.host}",
+            f"{DECODE_CEILING.format(self.decode_ceiling_tok_s)} on {self.host}",
             f"  KV cache: {self.kv_bytes_per_token / KiB:.0f} KiB/token",
             "  findings:" if self.findings else "  findings: none",
         ]
@@ -130,37 +157,68 @@ def _quote(arg: str) -> str:
     return f"'{arg}'" if any(c in arg for c in " {}\"") else arg
 
 
+class _Serving(NamedTuple):
+    """What serving the checkpoint on a host with a name, a window and a target concurrency derives."""
+
+    args: ServeArgs
+    load_weight_bytes: int
+    findings: list[Finding]
+
+    def fields(self) -> dict[str, Any]:
+        """The report's fields these decide."""
+        return {"served_model_name": self.args.served_model_name, "max_model_len": self.args.max_model_len,
+                "vllm_args": self.args.to_argv(), "kv_cache_memory_bytes": self.args.kv_cache_memory_bytes,
+                "load_weight_bytes": self.load_weight_bytes}
+
+
+def _serving(cfg: ModelConfigInfo, host: HostProfile, *, visual_tensor_count: int, mtp_tensor_count: int,
+             bytes_by_class: Mapping[TensorClass, int], served_model_name: str, max_model_len: int | None,
+             target_concurrency: float) -> _Serving:
+    """The vLLM arguments, the weights vLLM loads with them and the fit findings on ``host``."""
+    args = derive_vllm_args(
+        cfg,
+        rules_for_host(host),
+        visual_tensor_count=visual_tensor_count,
+        mtp_tensor_count=mtp_tensor_count,
+        served_model_name=served_model_name,
+        max_model_len=max_model_len,
+        target_concurrency=target_concurrency,
+    )
+    load_bytes = load_weight_bytes(bytes_by_class, args)
+    return _Serving(args, load_bytes, fit_findings(fit_check(load_bytes, args.kv_cache_memory_bytes, host), host))
+
+
 def audit_report(
     audit: CheckpointAudit,
     host: HostProfile,
     *,
+    inputs: PlanInputs | None = None,
     served_model_name: str | None = None,
     max_model_len: int | None = None,
     target_concurrency: float = 1.0,
 ) -> AuditReport:
-    """The report for serving the audited checkpoint on ``host`` (``served_model_name``: the directory's name)."""
+    """The report for serving the audited checkpoint on ``host``: with ``inputs`` (a profile's plan inputs),
+    their name, window and target concurrency as the plan takes them (:func:`roost.plan.args.served_as`);
+    else ``served_model_name`` (the directory's name), ``max_model_len`` (the native window) and
+    ``target_concurrency``."""
     t0 = time.perf_counter()
     ck = audit.checkpoint
     cfg = ck.config
     rules = rules_for_host(host)
-    args = derive_vllm_args(
-        cfg,
-        rules,
-        visual_tensor_count=ck.visual_tensor_count,
-        mtp_tensor_count=ck.mtp_tensor_count,
-        served_model_name=served_model_name or ck.name,
-        max_model_len=max_model_len,
-        target_concurrency=target_concurrency,
-    )
+    if inputs is not None:
+        served_model_name, max_model_len = served_as(inputs, native_window=cfg.max_position_embeddings,
+                                                     default_name=served_model_name or ck.name)
+        target_concurrency = inputs.target_concurrency
     stats = ck.tensors
-    load_bytes = load_weight_bytes(stats.bytes_by_class, args)
-    fit = fit_check(load_bytes, args.kv_cache_memory_bytes, host)
+    serving = _serving(cfg, host, visual_tensor_count=ck.visual_tensor_count, mtp_tensor_count=ck.mtp_tensor_count,
+                       bytes_by_class=stats.bytes_by_class, served_model_name=served_model_name or ck.name,
+                       max_model_len=max_model_len, target_concurrency=target_concurrency)
     return AuditReport(
+        **serving.fields(),
         path=ck.location,
         host=host.name,
         architecture=cfg.architecture,
         model_type=cfg.model_type,
-        served_model_name=args.served_model_name,
         shard_count=len(ck.shards_read),
         has_index=ck.has_index,
         tensor_count=stats.count,
@@ -181,11 +239,8 @@ def audit_report(
         decode_bytes_per_token=ck.decode_bytes_per_token,
         decode_ceiling_tok_s=decode_ceiling_tok_s(ck.decode_bytes_per_token, host),
         kv_bytes_per_token=serve_kv_model(cfg, rules, mtp_tensor_count=ck.mtp_tensor_count).kv_bytes_per_token,
-        max_model_len=cfg.max_position_embeddings,
-        findings=[*audit.findings, *fit_findings(fit, host)],
-        vllm_args=args.to_argv(),
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        load_weight_bytes=load_bytes,
+        native_max_model_len=cfg.max_position_embeddings,
+        findings=[*audit.findings, *serving.findings],
         audit_seconds=audit.seconds + time.perf_counter() - t0,
         config=cfg,
     )
@@ -195,17 +250,10 @@ def audit_for_host(
     path: Path | CheckpointFiles,
     host: HostProfile,
     *,
-    served_model_name: str | None = None,
-    max_model_len: int | None = None,
-    target_concurrency: float = 1.0,
+    inputs: PlanInputs | None = None,
     expected_headers: Mapping[str, str] | None = None,
 ) -> AuditReport:
     """Audit the checkpoint (a directory, or what a Hub preflight fetched; headers and config only) for
-    serving on ``host``. ``expected_headers``: the header digests a preflight read (HEADER_CHANGED)."""
-    return audit_report(
-        audit_checkpoint(path, expected_headers=expected_headers),
-        host,
-        served_model_name=served_model_name,
-        max_model_len=max_model_len,
-        target_concurrency=target_concurrency,
-    )
+    serving on ``host``, as ``inputs`` ask (a profile's: its name and window; None: the directory's name
+    and the native window). ``expected_headers``: the header digests a preflight read (HEADER_CHANGED)."""
+    return audit_report(audit_checkpoint(path, expected_headers=expected_headers), host, inputs=inputs)

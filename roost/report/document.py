@@ -44,7 +44,7 @@ def _facts(record: RunRecord) -> list[tuple[str, str]]:
         how = ("" if not base else " (base image's; no patch needed)" if base == m.xgrammar_version
                else f" (patched from {code(base)})")
         facts.append(("xgrammar", code(m.xgrammar_version) + how))
-    if record.serve.attempts and record.serve.attempts[-1].ok:
+    if record.serve.attempts and record.serve.attempts[-1].ok and record.serve.attempts[-1].port:
         policy = f", restart policy {code(record.serve.restart_policy)}" if record.serve.restart_policy else ""
         facts.append(("Served at", f"port {record.serve.attempts[-1].port}{policy}"))
     if m.prefect_flow_run_id:

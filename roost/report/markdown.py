@@ -1,5 +1,6 @@
-"""Render the report document as GitHub-flavoured Markdown (charts linked by relative path), and
-small inline PNGs for a Prefect artifact (``png_data_uri``)."""
+"""Render the report document as GitHub-flavoured Markdown: for ``report.md`` (charts linked by relative path)
+and for the Prefect UI's artifact pane (``images="pane"``: tables fitted to the pane, ``roost.report.pane``;
+charts from the results URL or as small inline PNGs, ``png_data_uri``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import Literal
 
 from roost.report.document import Block, Bullets, Document, Image, Para, Table
+from roost.report.pane import fit_table
+
+Images = Literal["link", "path", "pane"]
 
 
 def _cell(text: str) -> str:
@@ -24,31 +28,54 @@ def _table(t: Table) -> list[str]:
     return lines
 
 
-def _block(block: Block, base: Path, images: Literal["link", "path"], sources: Mapping[Path, str]) -> list[str]:
+_PANE_ALT = str.maketrans({"'": "\u2019", '"': "\u201d", "&": "+", "<": "\u2039", ">": "\u203a"})
+"""The Prefect UI's Markdown renderer escapes these in alt text and then shows the entity (``server&#39;s``)."""
+
+
+def _alt(text: str, images: Images) -> str:
+    """Alt text as Markdown reads it: brackets escaped, one line (for the pane, without the characters the
+    Prefect UI shows as entities)."""
+    line = " ".join(text.split())
+    if images == "pane":
+        line = line.translate(_PANE_ALT)
+    return line.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+
+
+def _block(block: Block, base: Path, images: Images, sources: Mapping[Path, str]) -> list[str]:
     if isinstance(block, Para):
         return [block.text]
     if isinstance(block, Bullets):
         return [f"- {item}" for item in block.items]
     if isinstance(block, Table):
-        return _table(block)
+        if images != "pane":
+            return _table(block)
+        lines: list[str] = []
+        for part in fit_table(block):
+            lines += [*([""] if lines else []), *(_table(part) if isinstance(part, Table) else
+                                                   _block(part, base, images, sources))]
+        return lines
     if isinstance(block, Image):
         if block.path in sources:
-            return [f"![{block.alt}]({sources[block.path]})"]
+            return [f"![{_alt(block.alt, images)}]({sources[block.path]})"]
+        if images == "pane":
+            return [f"_Chart: {block.alt} (in the full report)_"]
         if images == "path":
             return [f"_Chart: {block.alt} — `{block.path}`_"]
         rel = Path(os.path.relpath(block.path, base)).as_posix()
-        return [f"![{block.alt}]({rel})"]
+        return [f"![{_alt(block.alt, images)}]({rel})"]
     raise TypeError(f"unknown block {block!r}")
 
 
 def render_markdown(
     doc: Document,
     base: Path,
-    images: Literal["link", "path"] = "link",
+    images: Images = "link",
     sources: Mapping[Path, str] | None = None,
 ) -> str:
     """The Markdown text. ``link``: images linked relative to ``base`` (the report's directory);
-    ``path``: each chart named by its absolute path (for a Prefect artifact, which cannot show files).
+    ``path``: each chart named by its absolute path; ``pane``: for the Prefect UI's artifact pane, which cannot
+    show files and never wraps a table cell (tables fitted by ``roost.report.pane.fit_table``, a chart without a
+    source named, not pointed at).
     A chart whose path is in ``sources`` is an image with that source instead (an ``http(s)`` URL, a
     ``data:`` URI).
     """
@@ -86,3 +113,8 @@ def png_data_uri(path: Path, max_bytes: int = INLINE_MAX_BYTES, width: int = 720
             return uri
         w = int(w * 0.8)
     return None
+
+
+def pane_tables(table: Table) -> str:
+    """``table`` as Markdown for the Prefect UI's artifact pane: fitted (``roost.report.pane.fit_table``)."""
+    return "\n".join(_block(table, Path("."), "pane", {})) + "\n"

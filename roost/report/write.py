@@ -20,7 +20,8 @@ KEY_CHART_ORDER = ("decode_vs_prompt", "throughput_vs_concurrency", "ttft_vs_pro
 """The chart sent to Slack: the first of these the run produced."""
 
 HEADLINE_CHART_COUNT = 2
-"""How many charts a report artifact shows inline when the report files are not served."""
+"""How many charts count as the headline ones: drawn first in a report artifact without a results URL (its
+budget may stop before the rest)."""
 
 
 def headline_charts(charts: dict[str, Path], count: int = HEADLINE_CHART_COUNT) -> list[str]:

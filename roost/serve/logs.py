@@ -6,6 +6,8 @@ stream) and hand out only what is new (``Server.new_log_text``). The times are w
 (``roost.serve.phases.startup_phases``) works on: Docker's own timestamps for a container, the
 moment roost read the line for a process (it reads at least every 0.2 s while the server runs).
 
+A backend's ``log`` callback gets each line as a :class:`ServerLine`.
+
 Lines end at ``\\n``, ``\\r\\n`` or a bare ``\\r`` (a progress bar redraws its line with ``\\r``: each
 redraw is a line here, so progress shows while it moves); blank lines are dropped.
 """
@@ -32,6 +34,23 @@ def split_lines(carry: str, chunk: str) -> tuple[list[str], str]:
         parts.append(rest)
         rest = ""
     return [p for p in parts if p.strip()], rest
+
+
+class ServerLine(str):
+    """A line the server itself wrote, as a backend hands it to its ``log`` callback: the text
+    ``[<source>] <line>`` (``[vllm 1234] ...``, ``[roost-cpu-tiny] ...``), with ``source`` and the bare
+    ``text`` kept apart, so the callback tells it from the backend's own messages (``warning: ...``)."""
+
+    source: str
+    text: str
+
+    def __new__(cls, source: str, text: str) -> ServerLine:
+        line = super().__new__(cls, f"[{source}] {text}")
+        line.source, line.text = source, text
+        return line
+
+    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]  # a copy or pickle is whole
+        return self.source, self.text
 
 
 class LogBuffer:

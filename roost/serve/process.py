@@ -47,7 +47,7 @@ from roost.serve.base import (
     _ignore,
 )
 from roost.serve.diagnose import Diagnosis, compile_cache_entry, diagnose
-from roost.serve.logs import LogBuffer, split_lines
+from roost.serve.logs import LogBuffer, ServerLine, split_lines
 from roost.serve.occupancy import Occupant
 from roost.serve.phases import StartupPhases, startup_phases
 from roost.settings import (
@@ -131,11 +131,11 @@ class ProcessServer(Server):
         self._offset = log_offset
         self._carry = ""
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        sink = None if log is _ignore else (lambda line: log(f"[vllm {proc.pid}] {line}"))
+        sink = None if log is _ignore else (lambda line: log(ServerLine(f"vllm {proc.pid}", line)))
         self._buffer = LogBuffer(sink)
         self._read_lock = threading.Lock()
         self._stopped = threading.Event()
-        # in the starting code's context, as the log callback may need it (see DockerServer)
+        # in a copy of the starting code's context, as the log callback may need it (see DockerServer)
         self._tail = threading.Thread(target=contextvars.copy_context().run, args=(self._follow,),
                                       name=f"vllm-log-{proc.pid}", daemon=True)
         self._tail.start()

@@ -11,11 +11,13 @@ from typing import Any
 from support.cli import BIN, roost_exe
 from support.workers import Worker, wait_final, worker_online
 
+from deployments.deploy import DEFAULT_POOL
+
 __all__ = ["BIN", "HOLD_ENTRYPOINT", "HOSTS", "POOL", "REPO", "ZOMBIE_AFTER_S", "Worker", "run_setup", "wait_final",
            "worker_online"]
 
 REPO = Path(__file__).resolve().parents[2]
-POOL = "roost-spark"
+POOL = DEFAULT_POOL  # "roost"
 HOSTS = "spark,cpu"
 ZOMBIE_AFTER_S = 60  # heartbeats every 30 s: two missed ones mark a run crashed
 HOLD_ENTRYPOINT = "tests/deployments/hold_flow.py:hold_host"

@@ -1,8 +1,10 @@
-"""Each Prefect internal ``deployments/_prefect_compat.py`` relies on still exists and behaves so: an
-upgrade that moves one fails here, by name, instead of in ``roost setup``."""
+"""Each Prefect internal ``deployments/_prefect_compat.py`` relies on still exists and behaves so, and so does
+the server's parameter validation ``deployments.deploy.typed`` relies on: an upgrade that moves one fails
+here, by name, instead of in ``roost setup`` or a run."""
 
 from __future__ import annotations
 
+import pytest
 from prefect.deployments.runner import RunnerDeployment
 
 from blocks.hosts import HostBlock
@@ -44,3 +46,20 @@ def test_the_version_info_is_what_apply_takes() -> None:
     assert "version_info" in inspect.signature(RunnerDeployment.apply).parameters
     info = compat.deployment_version_info(_land())
     assert info is None or hasattr(info, "type")
+
+
+def test_the_servers_validation_takes_null_for_a_typed_optional_parameter() -> None:
+    """What ``deployments.deploy.typed`` relies on: the server validates a run's parameters with
+    ``schema_tools.validate``, which reads a non-required property with a type and no default as that
+    type or null; with a default, null is refused."""
+    from prefect.utilities.schema_tools import validate
+    from prefect.utilities.schema_tools.validation import ValidationError
+
+    schema = {"type": "object", "properties": {"port": {"type": "integer"},
+                                                "policy": {"type": "string", "enum": ["no", None]},
+                                                "fixed": {"type": "string", "default": "cpu"}}}
+    assert validate({"port": None, "policy": None}, schema, raise_on_error=True) == []
+    assert validate({"port": 8000, "policy": "no"}, schema, raise_on_error=True) == []
+    for refused in ({"port": "x"}, {"policy": "always"}, {"fixed": None}):
+        with pytest.raises(ValidationError):
+            validate(refused, schema, raise_on_error=True)

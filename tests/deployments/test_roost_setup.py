@@ -1,8 +1,10 @@
 """``roost setup`` against a real Prefect server (the ``slow`` tests): what it creates, that a second
 run changes nothing (statuses and the server's own ``updated`` stamps), the nightly schedule's next
 runs, the migration of host documents an earlier release saved as ``spark-host``, the hosts a
-CPU-only box gets, and crash alerts (made from the Slack settings, sent by the server). Without a
-server: which hosts are set up, the notification block and the crash-alert automation roost builds."""
+CPU-only box gets, the sweep only with two hosts, the default pool and the legacy ``roost-spark`` one kept
+(on a fresh server of their own, with the worker setup names), and crash alerts (made from the Slack
+settings, sent by the server). Without a server: which hosts are set up, the notification block and the
+crash-alert automation roost builds."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import itertools
 import json
 import subprocess
 import uuid
+from collections.abc import Iterator
+from os import environ as os_environ_map
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -18,7 +23,7 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import BlockDocumentCreate
+from prefect.client.schemas.actions import BlockDocumentCreate, WorkPoolCreate
 from prefect.client.schemas.filters import (
     DeploymentFilter,
     DeploymentFilterId,
@@ -35,7 +40,8 @@ from prefect.events.schemas.events import ResourceSpecification
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.states import Crashed, Scheduled
 from pydantic import SecretStr
-from roost_workers import POOL, REPO, ZOMBIE_AFTER_S, run_setup
+from roost_workers import BIN, POOL, REPO, ZOMBIE_AFTER_S, run_setup
+from support import workers
 from support.cli import roost_exe
 from support.legacy_blocks import LegacySparkHost, delete_document
 from support.slack import HOOK_SECRET, TOKEN, assert_no_secret, bot, hook
@@ -77,6 +83,12 @@ def test_first_run_creates_everything(roost_setup: tuple[dict[str, Any], dict[st
     assert deployments == sorted([*(f"{f}/{h}" for f in ("land", "rebenchmark", "audit") for h in ("spark", "cpu")),
                                   f"sweep/{POOL}"])  # one sweep per pool: it fans out over the hosts' queues
     assert first["changed"] == len([i for i in first["items"] if i["status"] in ("created", "updated")]) > 0
+    # two hosts: the sweep, taken by the first host's worker; the workers named serve every deployment's queue
+    assert first["pool"] == POOL == "roost" and first["pool_note"] == ""
+    assert first["sweep"].startswith("sweep on: across spark, cpu")
+    worker = f"PREFECT_WORKER_QUERY_SECONDS=1 prefect worker start --pool {POOL}"
+    assert first["workers"] == [f"{worker} --work-queue spark --work-queue sweep", f"{worker} --work-queue cpu"]
+    assert _deployment_queues(deployments) <= _worker_queues(first["workers"]) == {"spark", "cpu", "sweep"}
     # named hosts only: cpu-docker has no block and is not named, so nothing is made for it
     assert first["hosts"] == ["spark", "cpu"] and list(first["skipped_hosts"]) == ["cpu-docker", "cpu-vllm-0-24"]
     assert not any("cpu-docker" in name or "cpu-vllm-0-24" in name for _, name in items)
@@ -99,6 +111,21 @@ def test_second_run_changes_nothing(roost_setup: tuple[dict[str, Any], dict[str,
     # skipped: the crash alerts (no Slack settings)
     assert [i for i in second["items"] if i["status"] not in ("unchanged", "skipped")] == []
     assert _by_name(second)[("automation", "roost-crashed-run-alert")]["status"] == "skipped"
+
+
+def _deployment_queues(names: list[str]) -> set[str]:
+    """The work queues the server has the deployments ``names`` on."""
+    with get_client(sync_client=True) as client:
+        return {str(client.read_deployment_by_name(n).work_queue_name) for n in names}
+
+
+def _worker_queues(commands: list[str]) -> set[str]:
+    """The queues the worker commands ``roost setup`` printed serve."""
+    queues: set[str] = set()
+    for command in commands:
+        words = command.split()
+        queues |= {q for flag, q in itertools.pairwise(words) if flag == "--work-queue"}
+    return queues
 
 
 def _server_stamps() -> dict[str, Any]:
@@ -361,10 +388,23 @@ def test_a_cpu_only_box_gets_no_spark(roost_setup: Any) -> None:
     """Without --hosts and without a spark block, setup touches nothing of spark and says how to add it."""
     assert delete_document("roost-host", "spark")
     try:
-        out = _setup_cli("--pool", POOL, "--zombie-after", str(ZOMBIE_AFTER_S))
+        out = _setup_cli("--zombie-after", str(ZOMBIE_AFTER_S))  # the default pool: roost
         assert out.returncode == 0, out.stderr
         lines = out.stdout.splitlines()
-        assert "hosts set up: cpu" in lines
+        assert "work pool: roost" in lines and "hosts set up: cpu" in lines
+        # one host: the sweep made when there were two is removed, and the one worker serves every deployment
+        why = ("sweep off: 1 host set up; a sweep lands variants across hosts, so setup deploys it once 2 are "
+               "(`roost sweep` runs on one host without it)")
+        assert why in lines
+        assert f"{'removed':<10} {'deployment':<18} sweep/{POOL}  ({why})" in lines
+        assert f"{'removed':<10} {'work-queue':<18} {POOL}/sweep  ({why})" in lines
+        assert lines.count(f"worker on cpu: PREFECT_WORKER_QUERY_SECONDS=1 prefect worker start --pool {POOL} "
+                           "--work-queue cpu") == 1 and not any(ln.startswith("worker on spark") for ln in lines)
+        with get_client(sync_client=True) as client:
+            with pytest.raises(ObjectNotFound):
+                client.read_deployment_by_name(f"sweep/{POOL}")
+            with pytest.raises(ObjectNotFound):
+                client.read_work_queue_by_name("sweep", work_pool_name=POOL)
         assert ("host skipped: spark: no roost-host block saved and not named: once its worker can run, "
                 "`roost setup --hosts spark`") in lines
         spark_objects = {"roost-host/spark", f"{POOL}/spark", "roost-serve-spark", "land/spark", "rebenchmark/spark",
@@ -374,8 +414,83 @@ def test_a_cpu_only_box_gets_no_spark(roost_setup: Any) -> None:
         with pytest.raises(ValueError, match="Unable to find block document named spark"):
             _saved(HostBlock, "spark")
     finally:
-        run_setup()  # named again: the spark block is back
+        again = run_setup()  # named again: the spark block is back, and with two hosts the sweep
     assert load_host("spark") == SPARK
+    assert {(i["kind"], i["name"], i["status"]) for i in again["items"] if "sweep" in i["name"]} == {
+        ("work-queue", f"{POOL}/sweep", "created"), ("deployment", f"sweep/{POOL}", "created")}
+
+
+# --- an earlier release's pool, on a server of its own ------------------------------------------------
+
+
+@pytest.fixture
+def other_server(prefect_api: str, session_dir: Path) -> Iterator[str]:
+    """A second Prefect server (its own home, so its own SQLite database) this process's client points at while
+    the test runs (and only then); the session's server is left as it was."""
+    from support.prefect_server import PrefectServer, using_api
+
+    home = session_dir / "prefect-home-legacy-pool"
+    with PrefectServer(session_dir / "prefect-server-legacy-pool.log", env={"PREFECT_HOME": str(home)}) as server, \
+            using_api(server.url) as url:
+        yield url
+
+
+@pytest.mark.slow
+def test_the_legacy_pool_is_kept_and_its_lone_host_worker_serves_every_deployment(
+        other_server: str, session_dir: Path) -> None:
+    """An install from before the pool was renamed: ``roost-spark`` holds roost's deployments (and the sweep,
+    made when it had two hosts) and its workers poll it. ``roost setup`` without ``--pool`` keeps that pool
+    and says so; with one host left, the sweep is removed, and the one worker it names makes every
+    deployment it set up Ready."""
+    legacy = "roost-spark"
+    earlier = run_setup("--pool", legacy)  # spark and cpu, as the earlier release's default pool
+    assert earlier["api_url"] == other_server and earlier["pool"] == legacy
+    assert ("work-pool", legacy, "created") in {(i["kind"], i["name"], i["status"]) for i in earlier["items"]}
+    assert ("deployment", f"sweep/{legacy}", "created") in {(i["kind"], i["name"], i["status"]) for i in earlier["items"]}
+    assert delete_document("roost-host", "spark")  # the box serves on its CPU only from now on
+
+    env = {**os_environ_map, "PREFECT_API_URL": other_server}
+    out = _setup_cli("--zombie-after", str(ZOMBIE_AFTER_S), "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["pool"] == legacy and report["hosts"] == ["cpu"]
+    assert report["pool_note"] == ("legacy name kept: roost-spark holds roost's deployments and its workers poll it; "
+                                   "to move to roost, run roost setup --pool roost and restart the workers with "
+                                   "--pool roost")
+    pool_item = _by_name(report)[("work-pool", legacy)]
+    assert pool_item["status"] == "unchanged" and pool_item["detail"].endswith(report["pool_note"])
+    assert {(i["kind"], i["name"]) for i in report["items"] if i["status"] == "removed"} == {
+        ("deployment", f"sweep/{legacy}"), ("work-queue", f"{legacy}/sweep")}
+    assert report["workers"] == [f"PREFECT_WORKER_QUERY_SECONDS=1 prefect worker start --pool {legacy} --work-queue cpu"]
+    with get_client(sync_client=True) as client:
+        with pytest.raises(ObjectNotFound):
+            client.read_work_pool("roost")  # no second pool the running workers do not poll
+        # a worker started with --pool roost creates it, empty: roost's deployments stay where they are
+        client.create_work_pool(WorkPoolCreate(name="roost", type="process"))
+    # what scripts/install-worker asks when no --pool is given: a new worker joins the same pool
+    asked = subprocess.run([str(BIN / "python"), "-m", "deployments.pool"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=120, check=False)
+    assert (asked.returncode, asked.stdout, asked.stderr) == (0, f"{legacy}\n", f"{report['pool_note']}\n")
+
+    deployments = [i["name"] for i in report["items"] if i["kind"] == "deployment" and i["status"] != "removed"]
+    assert sorted(deployments) == ["audit/cpu", "land/cpu", "rebenchmark/cpu"]
+    assert _deployment_queues(deployments) <= _worker_queues(report["workers"])
+    worker = workers.start_worker("legacy-pool-cpu", sorted(_worker_queues(report["workers"])), pool=legacy,
+                                  log=session_dir / "worker-legacy-pool-cpu.log")
+    try:
+        with get_client(sync_client=True) as client:
+            for name in deployments:
+                poll(lambda name=name: client.read_deployment_by_name(name).status,
+                     lambda status: str(status).endswith("READY") and "NOT" not in str(status), timeout_s=60)
+            queue = client.read_work_queue_by_name("cpu", work_pool_name=legacy)
+            assert str(queue.status).endswith("READY") and "NOT" not in str(queue.status)
+    finally:
+        worker.stop()
+
+    again = _setup_cli("--zombie-after", str(ZOMBIE_AFTER_S), env=env)
+    lines = again.stdout.splitlines()
+    assert again.returncode == 0 and f"work pool: {legacy} ({report['pool_note']})" in lines
+    assert report["sweep"] in lines and f"roost setup: nothing to change on {other_server}" in lines
 
 
 # --- crash alerts ------------------------------------------------------------------------------------
@@ -506,3 +621,34 @@ def test_changed_slack_settings_update_the_block_and_removed_ones_turn_alerts_of
         bot(receiver).save(SLACK_BLOCK, overwrite=True)
         if _a_later_test_here_uses(request, "crash_alerts"):  # else crash_alerts' teardown runs roost setup next
             run_setup()
+
+
+# --- the parameter forms, in the Prefect UI ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_ui_shows_every_land_parameters_type_and_renders_the_run_form(
+        roost_setup: Any, prefect_api: str, tmp_path: Path) -> None:
+    """Headless Chromium on ``land/cpu`` (the UI's Parameters tab and its Run form): every parameter has a
+    type except the two tri-state switches (``tests/deployments/test_parameter_forms.py`` says why), and the
+    form renders without a script error (a ``type`` the form has no input for throws there)."""
+    from support.browser import chromium, prefect_ui
+
+    with get_client(sync_client=True) as client:
+        dep_id = client.read_deployment_by_name("land/cpu").id
+    errors: list[str] = []
+    with prefect_ui(prefect_api, tmp_path / "ui") as ui, chromium(tmp_path / "chromium-profile") as browser:
+        page = browser.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda msg: errors.append(msg.text) if "missing case" in msg.text else None)
+        page.goto(f"{ui}/deployments/deployment/{dep_id}?tab=Parameters")
+        rows = page.locator(".deployment-parameters-table tbody tr")
+        rows.nth(10).wait_for(timeout=60_000)
+        types = {cells[0]: cells[-1] for cells in (r.split("\t") for r in rows.all_inner_texts())}
+        assert types == {"profile": "string", "revision": "string", "host": "string", "vllm_overrides": "array",
+                         "keep_serving": "", "port": "integer", "notify": "boolean", "restart_policy": "string",
+                         "replace": "boolean", "mtp_ab": "", "evaluate": "boolean"}
+        page.goto(f"{ui}/deployments/deployment/{dep_id}/run")
+        page.get_by_text("mtp_ab (Optional)").wait_for(timeout=60_000)
+        page.get_by_role("button", name="Submit").wait_for(timeout=10_000)
+    assert errors == []

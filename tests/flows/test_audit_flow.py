@@ -29,6 +29,10 @@ def test_audits_and_plans_without_serving(prefect_api: str) -> None:
     assert not [f for f in result["audit"]["findings"] if f["severity"] == "error"]
     overrides = LOCAL.vllm_overrides
     assert result["plan"]["vllm_args"] and result["vllm_args"][-len(overrides):] == overrides  # profile overrides last
+    # the audit reports the window and the name the plan (and the landing) use: the profile's, not the config's
+    assert result["audit"]["max_model_len"] == result["plan"]["max_model_len"] == result["max_model_len"] == 2048
+    assert result["audit"]["served_model_name"] == result["plan"]["served_model_name"] == "tiny"
+    assert result["audit"]["native_max_model_len"] == 4096
     assert process_servers("cpu") == []  # nothing was served
     with get_client(sync_client=True) as client:
         (art,) = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["audit-local-cpu"])),
@@ -36,6 +40,7 @@ def test_audits_and_plans_without_serving(prefect_api: str) -> None:
     text = str(art.data)
     assert result["commit"][:12] in text and "--dtype bfloat16" in text
     assert "read from the Hub without downloading" in text and "KV cache" in text and "servable as planned" in text
+    assert "| served model name | `tiny` |" in text and "| max model len | 2,048 tokens (native 4,096 tokens) |" in text
 
     downloaded: dict[str, Any] = audit(profile="local", download=True)  # and audited on disk, against the preflight
     assert downloaded["commit"] == result["commit"] and downloaded["local_dir"]

@@ -293,8 +293,18 @@ def _flow_run(flow_run_id: str) -> Any:
 def test_the_first_run_is_named_and_tagged_as_the_baseline(first_run: dict[str, Any]) -> None:
     meta = first_run["meta"]
     fr = _flow_run(meta["prefect_flow_run_id"])
-    assert fr.name == f"land · local · {meta['host']} · {meta['commit'][:7]}", fr.name
+    assert re.fullmatch(rf"land · local · {meta['host']} · {meta['commit'][:7]} · \d\d-\d\d \d\d:\d\d:\d\d UTC",
+                        fr.name), fr.name
     assert "verdict:baseline" in fr.tags and fr.state.is_completed(), (fr.tags, fr.state)
+
+
+def test_the_run_log_keeps_vllms_levels_apart_and_each_progress_line_once(first_run: dict[str, Any]) -> None:
+    """The first run's log as the Prefect UI has it: vLLM's lines under its own logger at its own level,
+    its banner, route listing and shutdown noise below INFO, none filed under a task run that had
+    finished when it was logged; each benchmark progress line once (``support.run_log``)."""
+    from support.run_log import check_run_log
+
+    print(check_run_log(first_run["meta"]["prefect_flow_run_id"]))
 
 
 def test_second_run_reuses_cached_stages_and_repairs_a_half_written_compile_cache(

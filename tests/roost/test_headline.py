@@ -17,7 +17,7 @@ from roost.headline import (
     run_metrics,
     unmeasurable_text,
 )
-from roost.records import BenchPoint, Distribution, RunMeta, RunRecord
+from roost.records import BenchPoint, Distribution, ProbeResult, RunMeta, RunRecord
 
 
 def rec(points: list[BenchPoint], ceiling: float | None = 17.2, status: str = "completed") -> RunRecord:
@@ -112,9 +112,49 @@ def test_headline_rows_are_what_every_output_shows() -> None:
     assert {c for _, c in rows.values() if c} <= compared
 
 
-def test_headline_rows_of_a_failed_run_have_no_values() -> None:
+def test_headline_rows_of_a_failed_run_have_no_values_and_say_why_in_the_cell() -> None:
     rows = headline_rows(rec([], ceiling=None, status="failed"))
-    assert [row.value for row in rows] == [None] * len(rows) and {row.text for row in rows} == {"—"}
+    assert [row.value for row in rows] == [None] * len(rows)
+    assert {row.short for row in rows} == {"— (the run failed at setup)"}
+
+
+def test_a_missing_value_says_why_in_its_own_cell() -> None:
+    """Every decode timing unmeasurable: the decode cell says so (not a bare dash with the reason far below);
+    the TTFT, measured, is there; the % of ceiling says it lacks the decode rate."""
+    r = rec([pl(2048, None, unmeasurable=3, unmeasurable_reasons="3 delivered in a burst")])
+    by = {row.metric.name.split("@")[0]: row for row in headline_rows(r)}
+    assert by["decode_tok_s"].short == "— (every decode timing unmeasurable: 3 of 3)"
+    assert by["decode_pct_of_ceiling"].short == "— (no decode rate)"
+    assert by["ttft_s"].value == 0.5
+    assert by["peak_output_tok_s"].short == "— (no concurrency point in the benchmark)"
+    unmeasurable = by["unmeasurable_requests"]
+    assert (unmeasurable.short, unmeasurable.note) == ("3 of 3", "2,048-token prompt: 3 (3 delivered in a burst)")
+
+
+@pytest.mark.parametrize(("points", "status", "decode", "peak"), [
+    # every request of every point failed: not "skipped"
+    ([pl(2048, None, errors=3), cc(8, None, errors=8)], "completed", "— (every request failed: 3 of 3)",
+     "— (every request failed: 8 of 8)"),
+    # requests completed but no TTFT or decode timing was recorded: not "no request completed"
+    ([pl(2048, None, ttft=None)], "completed", "— (no decode timing recorded)", "— (no concurrency point in the benchmark)"),
+    ([pl(2048, None, skipped=True)], "completed", "— (every prompt-length point skipped)",
+     "— (no concurrency point in the benchmark)"),
+    # a run that failed after its benchmark: what the benchmark lacked is said as such, not blamed on the failure
+    ([pl(2048, 12.0)], "failed", "12.0 tok/s", "— (no concurrency point in the benchmark)"),
+])
+def test_each_missing_value_names_its_own_reason(points: list[BenchPoint], status: str, decode: str, peak: str) -> None:
+    r = rec(points, status=status)
+    r.failed_stage = "report" if status == "failed" else None
+    by = {row.metric.name.split("@")[0]: row for row in headline_rows(r)}
+    assert (by["decode_tok_s"].short, by["peak_output_tok_s"].short) == (decode, peak)
+
+
+def test_an_unknown_ceiling_is_no_value_and_a_probe_without_a_time_keeps_its_verdict() -> None:
+    r = rec([pl(2048, 12.0)], ceiling=0.0)  # plan.fit.decode_ceiling_tok_s: 0 when it cannot be computed
+    r.probes = [ProbeResult(name="tool", ok=False, failure_class="tool_probe_failed", latency_s=None)]
+    rows = {row.label: row for row in headline_rows(r)}
+    assert rows["roofline decode ceiling"].value is None
+    assert rows["tool probe"].short == "— FAILED (tool_probe_failed), no time taken"
 
 
 def test_pct_of_ceiling() -> None:

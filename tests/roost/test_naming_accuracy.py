@@ -70,3 +70,20 @@ def test_noise_and_gains_leave_the_speed_verdict() -> None:
 def test_a_failed_run_is_failed_even_with_an_accuracy_regression() -> None:
     current = with_evals(failed_run(), evaluation(LAW_LOST))
     assert run_verdict(current, None).kind == "failed"
+
+
+def test_the_report_and_the_headline_table_say_regressed_for_an_accuracy_only_regression() -> None:
+    """The report's verdict and the headline table artifact agree with the run's verdict: a significantly worse
+    evaluation is a regression though the speed comparison is ok; the evaluation is listed as judged."""
+    from roost.headline import headline_rows
+    from roost.report.blocks import Bullets, Para
+    from roost.report.sections.summary import verdict_blocks
+    from tasks.report import headline_table
+
+    current = with_evals(spark_run(day=9), evaluation(LAW_LOST))
+    speed = compare(current, earlier_runs(4))
+    blocks = verdict_blocks(current, headline_rows(current), speed)
+    assert isinstance(blocks[0], Para) and blocks[0].text.startswith("**Verdict:** **REGRESSED:** mmlu-pro accuracy -30.0 points")
+    assert isinstance(blocks[1], Bullets) and "mmlu-pro accuracy -30.0 points (McNemar p = 0.00049: regressed)" in blocks[1].items[0]
+    assert headline_table(current, speed)[-1] == {"metric": "verdict", "value": "mmlu-pro -30.0 points", "change": "—",
+                                                  "verdict": "REGRESSED"}

@@ -112,3 +112,60 @@ def check_report_artifact(context: Any, ui_url: str, flow_run_id: str, results_u
         raise
     finally:
         page.close()
+
+
+PANE_WIDTH = 1280
+"""The window width the artifact pane is checked at (issue 39: a laptop's)."""
+
+_PANE_FACTS = """() => {
+  const pane = document.querySelector('.artifact-data-view');
+  if (!pane) return null;
+  const p = pane.getBoundingClientRect();
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.right]; };
+  const tables = [...pane.querySelectorAll('table')].map(t => {
+    const wrap = t.parentElement;
+    const head = [...t.querySelectorAll('th')].map(th => th.innerText.trim());
+    const values = head[0] === 'Headline' ? [...t.querySelectorAll('tbody tr')].map(tr => {
+      const td = tr.querySelectorAll('td')[1]; return [tr.querySelector('td').innerText.trim(), td.innerText.trim(), box(td)]; }) : [];
+    return {head, box: box(t), scroll: [wrap.scrollWidth, wrap.clientWidth], values};
+  });
+  const images = [...pane.querySelectorAll('img')].map(i => ({alt: i.getAttribute('alt'), width: i.naturalWidth,
+                                                              complete: i.complete, src: i.src.slice(0, 40)}));
+  return {pane: [p.left, p.right], tables, images, text: pane.innerText};
+}"""
+
+
+def artifact_pane_facts(context: Any, url: str, shots: Path, name: str) -> dict[str, Any]:
+    """Open an artifact's page (``url``) in a window ``PANE_WIDTH`` px wide and read what a person sees in its
+    pane (the artifact's data, ``.artifact-data-view``): the pane's horizontal extent, each table's (its headers, box, and its wrapper's scroll and
+    client widths; for the headline table each value cell's box), every image (alt, natural width) and the text.
+    A screenshot is saved in ``shots`` as ``name``."""
+    page = context.new_page()
+    page.set_viewport_size({"width": PANE_WIDTH, "height": 900})
+    try:
+        page.goto(url, wait_until="networkidle")
+        page.locator(".artifact-data-view h1, .artifact-data-view table").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(500)  # the rest of the Markdown is rendered in the same pass
+        page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=60_000)
+        facts: dict[str, Any] = page.evaluate(_PANE_FACTS)
+        return facts
+    finally:
+        shots.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shots / name), full_page=True)
+        page.close()
+
+
+def assert_fits_the_pane(facts: dict[str, Any], what: str) -> None:
+    """Every table of the pane lies inside it (to the pixel: a full-width table's border may round out) and does not scroll sideways; every headline value's cell lies
+    inside it; every image loaded and its alt text reads as plain text (no HTML entity shown)."""
+    left, right = facts["pane"]
+    for t in facts["tables"]:
+        t_left, t_right = t["box"]
+        assert left - 1 <= t_left and t_right <= right + 1, f"{what}: table {t['head']} spans {t['box']}, the pane {facts['pane']}"
+        scroll, client = t["scroll"]
+        assert scroll <= client + 1, f"{what}: table {t['head']} scrolls sideways ({scroll} px in {client} px)"
+        for label, value, (v_left, v_right) in t["values"]:
+            assert left - 1 <= v_left and v_right <= right + 1, f"{what}: headline {label} = {value!r} at {v_left}-{v_right}"
+    for image in facts["images"]:
+        assert image["complete"] and image["width"] > 0, f"{what}: image {image} did not load"
+        assert "&#" not in (image["alt"] or "") and "&amp;" not in (image["alt"] or ""), f"{what}: alt {image['alt']!r}"

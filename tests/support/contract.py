@@ -10,7 +10,7 @@ AUDIT_JSON_KEYS = [
     "full_attention_layers", "linear_attention_layers", "num_experts", "num_experts_per_tok", "expert_layout",
     "quantization", "weight_bytes", "weight_bytes_by_class", "weight_bytes_by_dtype", "decode_bytes_per_token",
     "decode_ceiling_tok_s", "kv_bytes_per_token", "max_model_len", "findings", "vllm_args", "kv_cache_memory_bytes",
-    "load_weight_bytes", "audit_seconds",
+    "load_weight_bytes", "audit_seconds", "native_max_model_len",
 ]
 
 # ``roost plan --json``
@@ -18,5 +18,5 @@ PLAN_JSON_KEYS = [
     "path", "host", "rules", "architecture", "max_model_len", "kv_cache_memory_bytes", "block_size", "kv_cache_tokens",
     "max_concurrency", "min_kv_cache_bytes", "fits_one_request", "fits_host", "decode_ceiling_tok_s",
     "kv_bytes_per_token", "max_num_seqs", "max_num_batched_tokens", "kv", "fit", "vllm_args", "predicted_log_lines",
-    "gpu_memory_utilization", "pool",
+    "gpu_memory_utilization", "pool", "served_model_name",
 ]

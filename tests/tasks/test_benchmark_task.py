@@ -61,8 +61,8 @@ def test_benchmark_task_reports_progress_and_points(prefect_api: str, synthetic_
     arts = asyncio.run(fetch())
     progress = [a for a in arts if a.type == "progress"]
     assert progress and progress[0].data == 100.0
-    tables = [a for a in arts if a.type == "table"]
-    assert tables and tables[0].key == "roost-benchmark-points"
+    tables = [a for a in arts if a.key == "roost-benchmark-points"]  # Markdown fitted to the artifact pane
+    assert len(tables) == 1 and tables[0].type == "markdown" and "| 64-token prompt |" in str(tables[0].data)
     assert any("decode" in m and "tok/s" in m for m in messages), messages
     assert any(m.startswith("knee:") for m in messages)
     everything = " ".join(messages) + " ".join(str(a.data) + str(a.description) for a in arts)

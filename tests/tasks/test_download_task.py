@@ -1,6 +1,6 @@
 """The download task on a real Prefect server and a real olah: the DownloadResult it returns (also from
-Prefect's cache), progress artifact, caching by commit and fingerprints, no retries for 401, retries
-for an unreachable Hub, the token from a Secret block."""
+Prefect's cache), progress artifact, caching by commit and fingerprints, no Prefect retries for 401 nor
+for a Hub roost's client already retried, the token from a Secret block."""
 
 from __future__ import annotations
 
@@ -145,7 +145,9 @@ def test_401_is_not_retried_and_the_secret_token_is_never_logged(
         token_from("roost-no-such-block")
 
 
-def test_an_unreachable_hub_is_retried_by_prefect(prefect_api: str, tmp_path: Path) -> None:
+def test_an_unreachable_hub_is_retried_by_roost_not_again_by_prefect(prefect_api: str, tmp_path: Path) -> None:
+    """One layer retries each failure: roost's client spent its attempts (HubUnreachable says so), so
+    Prefect's retries, still declared, do not run the download again."""
     closed = f"http://127.0.0.1:{free_port()}"
 
     @flow
@@ -162,8 +164,8 @@ def test_an_unreachable_hub_is_retried_by_prefect(prefect_api: str, tmp_path: Pa
         )
 
     out = unreachable()
-    assert out["failed"] and run_count(out["task_run_id"]) == 2
-    assert isinstance(out["error"], HubUnreachable)
+    assert out["failed"] and run_count(out["task_run_id"]) == 1
+    assert isinstance(out["error"], HubUnreachable) and "the most roost makes" in str(out["error"])
 
 
 class FirstShardFails(HubProxy):

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from roost import catalogue as C
 from roost.catalogue import fmt_change
 from roost.records import RunRecord, ServeObservation
 from roost.report.blocks import Bullets, Para, Section, Table, code
 from roost.units import GiB, format_memory
 
 _RANK = {"error": 0, "warning": 1, "info": 2}
+_KV_TOKENS, _CONCURRENCY = C.Column(metric=C.KV_CACHE_TOKENS), C.Column(metric=C.MAX_CONCURRENCY)
 
 
 def audit_section(record: RunRecord) -> Section:
@@ -37,12 +39,17 @@ def audit_section(record: RunRecord) -> Section:
 
 
 def scalars(data: dict[str, Any], skip: set[str], limit: int = 24) -> list[list[str]]:
-    """The first ``limit`` scalar values of a JSON document as (key, value) rows, in its order."""
+    """The first ``limit`` scalar values of a JSON document as (key, value) rows, in its order; a key
+    the catalogue names (``decode_ceiling_tok_s``, ``kv_cache_tokens``...) prints through its metric,
+    as the headline and every other output print it."""
     rows = []
     for key, value in data.items():
         if key in skip or isinstance(value, dict | list) or value is None:
             continue
-        if isinstance(value, float):
+        metric = C.CATALOGUE.get(key)
+        if metric is not None and isinstance(value, int | float) and not isinstance(value, bool):
+            text = metric.format(value)
+        elif isinstance(value, float):
             text = f"{value:,.4g}"
         elif isinstance(value, int) and not isinstance(value, bool):
             text = f"{value:,}"
@@ -64,11 +71,9 @@ def _kv_rows(s: ServeObservation) -> list[list[str]]:
     def whole(value: int | None) -> str:
         return "—" if value is None else f"{value:,}"
 
-    def times(value: float | None) -> str:
-        return "—" if value is None else f"{value:.2f}x"
-
+    tokens, times = _KV_TOKENS.cell, _CONCURRENCY.cell  # the catalogue's metrics, as every output prints them
     rows = [
-        ["KV cache tokens", whole(s.predicted_kv_cache_tokens), whole(s.logged_kv_cache_tokens),
+        ["KV cache tokens", tokens(s.predicted_kv_cache_tokens), tokens(s.logged_kv_cache_tokens),
          _diff(s.predicted_kv_cache_tokens, s.logged_kv_cache_tokens)],
         ["Max concurrency (full-length requests)", times(s.predicted_max_concurrency), times(s.logged_max_concurrency),
          _diff(s.predicted_max_concurrency, s.logged_max_concurrency)],

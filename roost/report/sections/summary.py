@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from roost.catalogue import fmt_change
-from roost.headline import headline, headline_rows
+from roost.headline import HeadlineRow, headline, headline_rows
 from roost.records import RunRecord
-from roost.regress import RegressionReport
-from roost.report.blocks import Block, Para, Section, Table, code
+from roost.regress import RegressionReport, verdict_scope
+from roost.report.blocks import Block, Bullets, Para, Section, Table, code
 
 
 def summary_section(record: RunRecord, comparison: RegressionReport | None) -> Section:
@@ -23,12 +23,69 @@ def summary_section(record: RunRecord, comparison: RegressionReport | None) -> S
         blocks.append(Para(text=text))
         if record.remediation:
             blocks.append(Para(text=f"**Remediation:** {record.remediation}"))
-    if comparison is not None:
-        blocks.append(Para(text=f"**Baseline:** {comparison.message}."))
-    rows = [[r.label[:1].upper() + r.label[1:], r.text] for r in headline_rows(record)]
-    rows.append(["Benchmark points / requests / failed", f"{h.points} / {h.requests:,} / {h.error_requests:,}"])
-    blocks.append(Table(headers=["Headline", "Value"], rows=rows, align_right=[1]))
+    rows = headline_rows(record)
+    table = [[_label(r.label), r.short] for r in rows]
+    table.append(["Points / requests / failed", f"{h.points} / {h.requests:,} / {h.error_requests:,}"])
+    blocks.append(Table(headers=["Headline", "Value"], rows=table, align_right=[1]))
+    notes = [f"**{_label(r.label)}:** {r.note}" for r in rows if r.note]
+    if notes:
+        blocks.append(Bullets(items=notes))
+    blocks += verdict_blocks(record, rows, comparison)
     return Section(title="Summary", blocks=blocks)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def _label(label: str) -> str:
+    return label[:1].upper() + label[1:]
+
+
+def verdict_blocks(record: RunRecord, rows: list[HeadlineRow], comparison: RegressionReport | None) -> list[Block]:
+    """The verdict, what it judged with the band each metric had (how far it could move before it counted),
+    and what it did not judge and why: the headline's compared numbers by name, the evaluations (a paired
+    McNemar test against the previous run of the same questions), the per-point metrics counted. A
+    significantly worse evaluation is a regression whatever the speed comparison says."""
+    if comparison is None:
+        return [Para(text="**Verdict:** not compared with a baseline.")]
+    worse = record.accuracy_regressions
+    said = comparison.message[:1].upper() + comparison.message[1:]
+    if comparison.status == "insufficient":
+        said = "No verdict: " + comparison.message
+    regressed = comparison.status == "regressed" or bool(worse)
+    if worse:
+        said = ", ".join(f"{e.task} accuracy {e.comparison.delta_points:+.1f} points" for e in worse
+                         if e.comparison is not None) + f" (significant); speed: {comparison.message}"
+    out: list[Block] = [Para(text=f"**Verdict:** {'**REGRESSED:** ' if regressed else ''}{said}.")]
+    if comparison.status == "failed_run":
+        return out
+    named = [(r.label, r.compared_as if r.value is not None else None, _why_missing(r)) for r in rows if r.compared_as]
+    scope = verdict_scope(comparison, named)
+    judged = [f"{label} {change} (band {band}: {verdict})" for label, change, band, verdict in scope.judged]
+    skipped = list(scope.not_judged)
+    for e in record.evals:
+        if e.comparison is None:
+            skipped.append(f"{e.task} accuracy (no earlier run of the same questions)")
+        else:
+            judged.append(f"{e.task} accuracy {e.comparison.delta_points:+.1f} points (McNemar p = "
+                          f"{e.comparison.p_value:.2g}: {'regressed' if e in worse else e.comparison.direction})")
+    if scope.others_judged:
+        judged.append(_count(scope.others_judged, "per-point metric") + " (Baseline comparison)")
+    if scope.others_not_judged:
+        skipped.append(_count(scope.others_not_judged, "per-point metric"))
+    items = [f"{what}: " + "; ".join(names) + "." for what, names in (("Judged", judged), ("Not judged", skipped))
+             if names]
+    if items:
+        out.append(Bullets(items=items))
+    return out
+
+
+def _why_missing(row: HeadlineRow) -> str:
+    """The reason a headline cell gives for a missing value, without its dash and brackets ("" with a value)."""
+    if row.value is not None:
+        return ""
+    return row.text.removeprefix("—").strip().removeprefix("(").removesuffix(")") or "not measured"
 
 
 _VERDICT_ORDER = {"regressed": 0, "improved": 1, "unchanged": 2, "insufficient": 3, "new": 4}

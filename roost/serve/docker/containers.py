@@ -49,7 +49,7 @@ from roost.serve.base import (
 from roost.serve.diagnose import Diagnosis, diagnose
 from roost.serve.docker.images import image_exists, is_loopback, remote_engine_address
 from roost.serve.dockerfile import LABEL_MANAGED
-from roost.serve.logs import LogBuffer, Stamped
+from roost.serve.logs import LogBuffer, ServerLine, Stamped
 from roost.serve.occupancy import Occupant, container_occupant, published_ports
 from roost.serve.phases import StartupPhases, parse_timestamp, startup_phases
 from roost.settings import HF_HUB_OFFLINE, VLLM_API_KEY
@@ -121,12 +121,13 @@ class DockerServer(Server):
         self._final_state: dict[str, Any] | None = None
         self._started_at: dt.datetime | None = None
         self._lock = threading.Lock()
-        self._buffer = LogBuffer(lambda line: log(f"[{self.name}] {line}"))
+        self._buffer = LogBuffer(lambda line: log(ServerLine(self.name, line)))
         self._stream: Any = None
         self._follow_error = ""
         self._follow_done = threading.Event()
-        # in the starting code's context: a log callback that needs it (Prefect's logger reads its API
-        # settings from context variables, which a new thread would not have) works from the thread
+        # in a copy of the starting code's context: a log callback that needs it (Prefect's logger reads
+        # its API settings and the run from context variables, which a new thread would not have) works
+        # from the thread; a task run in that copy goes on after the task ended (``tasks/serve.py``)
         self._follower = threading.Thread(target=contextvars.copy_context().run, args=(self._follow,),
                                           name=f"logs-{self.name}", daemon=True)
         self._follower.start()

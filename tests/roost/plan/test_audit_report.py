@@ -86,7 +86,7 @@ def test_one_checkpoint_audit_serves_two_hosts(plan_9b_dir: Path) -> None:
     assert [f.code for f in cpu.errors] == ["DOES_NOT_FIT_HOST"] and spark.errors == []
     named = audit_report(audit, SPARK, served_model_name="ornith9b", max_model_len=131072, target_concurrency=2.0)
     assert named.vllm_args[:4] == ["--served-model-name", "ornith9b", "--max-model-len", "131072"]
-    assert named.max_model_len == 262144  # the native window, whatever was asked for
+    assert (named.max_model_len, named.native_max_model_len) == (131072, 262144)  # the window served, and the native one
 
 
 def test_summary(plan_9b_dir: Path) -> None:

@@ -73,7 +73,8 @@ def test_one_slot_per_host(prefect_api: str) -> None:
 
 
 def test_serve_task_in_a_flow_streams_the_container_log(prefect_api: str, docker_engine: docker.DockerClient,
-                                                        base_image: str, docker_tiny_model: Path) -> None:
+                                                        base_image: str, docker_tiny_model: Path,
+                                                        roost_to_the_api: None) -> None:
 
 
     host = CPU_DOCKER.model_copy(update={"name": "taskhost", "base_image": base_image})
