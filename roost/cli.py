@@ -44,9 +44,10 @@ COMMANDS: dict[str, str] = {
     "setup": "Register roost on the Prefect server at PREFECT_API_URL: block types and documents (hosts, model "
              "profiles; host documents earlier releases saved as spark-host are migrated to roost-host), the "
              "process work pool, one work queue and one serving concurrency limit per host, the zombie-run "
-             "automation, the crash alert (from the roost-slack Slack block, when saved), and the land / "
-             "rebenchmark / audit deployments. Hosts: every saved roost-host block, this machine's cpu, and "
-             "those named with --hosts. Idempotent: a second run changes nothing and says so.",
+             "automation, the crash alert (from the roost-slack Slack block, when saved), the land / "
+             "rebenchmark / audit deployments, and with two hosts or more the sweep's queue and deployment. "
+             "Hosts: every saved roost-host block, this machine's cpu, and those named with --hosts. Prints the "
+             "worker to start on each host. Idempotent: a second run changes nothing and says so.",
     "doctor": "Preflight a worker host: Docker, NVIDIA runtime and driver, disk, base image, Prefect API (exit 0 "
               "ready, 1 a check failed, 2 bad input).",
     "results": "List stored runs and their headline numbers; filter by model and host. `roost results serve` "

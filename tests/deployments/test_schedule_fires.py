@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -129,7 +130,9 @@ def test_scheduled_rebenchmark_fires_and_lands_in_history(
         # taken by the host's worker at its time, not when it was put on the calendar: the server holds a run
         # submitted early until then (WaitForScheduledTime, which rounds the wait to whole seconds)
         assert done.work_queue_name == HOST and done.start_time >= slot - dt.timedelta(seconds=1)
-        assert done.name == f"rebenchmark · {PROFILE} · {HOST}"
+        # named for profile, host, the served commit (when known) and the run's start in UTC
+        assert re.fullmatch(rf"rebenchmark · {PROFILE} · {HOST}(?: · [0-9a-f]{{7}})? · \d\d-\d\d \d\d:\d\d:\d\d UTC",
+                            done.name), done.name
         # every run of the deployment came from its schedule; the next nights' are still on the calendar
         others = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])),
                                        sort=FlowRunSort.EXPECTED_START_TIME_ASC)

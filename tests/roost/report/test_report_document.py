@@ -87,8 +87,8 @@ def test_unmeasurable_decode_timings_are_counted_where_they_happened(tmp_path: P
                     "`roost/bench/validity.py`).")
     md = render_markdown(build_document(rec, [], None, {}), tmp_path)
     assert "| Unmeasurable decode timings | 2 of 164 |" in md  # the summary's headline row: the count in the cell
-    assert ("- **Unmeasurable decode timings:** 511-token prompt: 2: 1 above the roofline ceiling, 1 delivered in a "
-            "burst") in md  # where and why under the table
+    assert ("- **Unmeasurable decode timings:** 511-token prompt: 2 (1 above the roofline ceiling, 1 delivered in a "
+            "burst)") in md  # where and why under the table
     # none: no note, no headline row
     clean = render_markdown(build_document(queued_record(), [], None, {}), tmp_path)
     assert "nmeasurable" not in clean
