@@ -23,7 +23,6 @@ from roost.headline import point_name
 from roost.naming import artifact_key
 from roost.progress import terminal_progress
 from roost.records import BenchPoint
-from roost.report.blocks import Table
 from roost.report.markdown import pane_tables
 
 __all__ = ["BenchFailed", "benchmark_task", "point_table"]
@@ -47,10 +46,7 @@ def point_markdown(points: list[BenchPoint]) -> str:
     Prefect UI's artifact pane: split into narrower tables that each start with the point's name."""
     rows = [{"point": point_name(p)} | {k: v for k, v in row.items() if k != "kind"}
             for p, row in zip(points, point_table(points), strict=True)]
-    headers = list(rows[0])
-    table = Table(headers=headers, rows=[["" if v is None else str(v) for v in r.values()] for r in rows],
-                  align_right=[i for i, h in enumerate(headers) if h not in ("point", "skipped")])
-    return pane_tables(table)
+    return pane_tables(rows, text=("point", "skipped"))
 
 
 @task(name="benchmark", cache_policy=NO_CACHE, persist_result=False)

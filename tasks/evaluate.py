@@ -30,7 +30,6 @@ from roost.eval.datasets import Dataset, load_dataset, sample
 from roost.eval.runner import EvalProgress, EvalResult, EvalSettings, run_eval
 from roost.eval.suites import get_task
 from roost.naming import artifact_key
-from roost.report.blocks import Table
 from roost.report.markdown import pane_tables
 from roost.settings import environment
 from tasks._shared import retry_transient_only
@@ -107,10 +106,8 @@ def eval_task(base_url: str, model: str, prepared: PreparedEval, api_key: Secret
     key = api_key.get_secret_value() if api_key is not None else None
     result = run_eval(base_url, model, s, api_key=key or None, log_path=log_path, progress=progress,
                       dataset=prepared.dataset)
-    rows = score_table(result)  # as Markdown fitted to the artifact pane (the UI never wraps a table cell)
-    create_markdown_artifact(markdown=pane_tables(Table(headers=list(rows[0]), rows=[[str(v) for v in r.values()]
-                                                                                     for r in rows],
-                                                        align_right=list(range(1, len(rows[0]))))),
+    # as Markdown fitted to the artifact pane (the UI never wraps a table cell)
+    create_markdown_artifact(markdown=pane_tables(score_table(result), text=("category",)),
                              key=artifact_key("roost-eval", s.task, profile, host),
                              description=f"{where}: accuracy with its 95% Wilson interval, per category "
                              "(definitions: roost/catalogue.py)")

@@ -21,6 +21,7 @@ from roost.errors import UserError
 if TYPE_CHECKING:
     from roost.hosts import HostProfile
     from roost.hub.preflight import HubRef
+    from roost.plan.inputs import PlanInputs
     from roost.plan.report import AuditReport
     from roost.profiles import ModelProfile
 
@@ -34,23 +35,25 @@ NO_TARGET = (
 )
 
 
-def audit_target(target: str | None, prof: ModelProfile | None, host: HostProfile) -> AuditReport:
-    """The audit report of ``target`` (or of ``prof``'s repository on the Hub) for ``host``."""
+def audit_target(target: str | None, prof: ModelProfile | None, host: HostProfile,
+                 inputs: PlanInputs | None = None) -> AuditReport:
+    """The audit report of ``target`` (or of ``prof``'s repository on the Hub) for ``host``, as ``inputs`` (a
+    profile's plan inputs: its served name and window) serve it; None: the directory's name, the native window."""
     if target is not None and not target.startswith(HUB_SCHEME):  # a directory: the Hub's client stays unloaded
         from roost.plan.report import audit_for_host
 
-        return audit_for_host(Path(target), host)
+        return audit_for_host(Path(target), host, inputs=inputs)
     from roost.hub.preflight import HubRef, parse_hub_url
 
     if target is None:
         if prof is None:
             raise UserError(NO_TARGET)
-        return hub_audit(HubRef(repo_id=prof.repo_id, revision=prof.revision), prof, host)
-    return hub_audit(parse_hub_url(target), prof, host)
+        return hub_audit(HubRef(repo_id=prof.repo_id, revision=prof.revision), prof, host, inputs)
+    return hub_audit(parse_hub_url(target), prof, host, inputs)
 
 
-def hub_audit(ref: HubRef, prof: ModelProfile | None, host: HostProfile) -> AuditReport:
-    """Preflight ``ref`` and audit what it read for ``host``."""
+def hub_audit(ref: HubRef, prof: ModelProfile | None, host: HostProfile, inputs: PlanInputs | None = None) -> AuditReport:
+    """Preflight ``ref`` and audit what it read for ``host`` (as ``inputs`` serve it: :func:`audit_target`)."""
     from roost.hub.preflight import preflight
     from roost.plan.report import audit_for_host
 
@@ -62,7 +65,7 @@ def hub_audit(ref: HubRef, prof: ModelProfile | None, host: HostProfile) -> Audi
             allow_patterns=list(prof.allow_patterns) if prof is not None else None,
             ignore_patterns=list(prof.ignore_patterns) if prof is not None else None,
         )
-    report = audit_for_host(pf.files, host)
+    report = audit_for_host(pf.files, host, inputs=inputs)
     return report.from_hub(pf.repo_id, pf.commit, pf.bytes_fetched)
 
 

@@ -39,10 +39,9 @@ def audit(
         from roost.profiles import get_profile  # the profiles' settings: only when one is named
 
         prof = get_profile(profile)
-    target = get_host(host or (prof.host if prof is not None else "spark"))
-    report = audit_target(path, prof, target)
-    if prof is not None:  # named and windowed as the profile serves it, as `roost plan --profile` plans it
-        report = report.served_with(target, prof.plan_inputs())
+    # named and windowed as the profile serves it, as `roost plan --profile` plans it
+    report = audit_target(path, prof, get_host(host or (prof.host if prof is not None else "spark")),
+                          prof.plan_inputs() if prof is not None else None)
     if as_json:
         echo_json(report.to_json())
     else:

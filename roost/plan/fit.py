@@ -56,10 +56,6 @@ def fit_check(weight_bytes: int, kv_cache_memory_bytes: int, host: HostProfile) 
     )
 
 
-FIT_CODES = frozenset({"DOES_NOT_FIT_HOST"})
-"""The codes of the findings :func:`fit_findings` gives: they follow the arguments, not the checkpoint."""
-
-
 def fit_findings(fit: FitCheck, host: HostProfile) -> list[Finding]:
     """DOES_NOT_FIT_HOST (error) when weights + pool + headroom exceed the host's budget."""
     if fit.fits:

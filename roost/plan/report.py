@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -26,11 +26,11 @@ from roost.checkpoint.audit import CheckpointAudit, audit_checkpoint
 from roost.checkpoint.config import ModelConfigInfo
 from roost.checkpoint.files import CheckpointFiles
 from roost.checkpoint.findings import Finding
-from roost.checkpoint.layout import TENSOR_CLASSES, TensorClass
+from roost.checkpoint.layout import TENSOR_CLASSES
 from roost.checkpoint.model import ExpertLayout, QuantSummary
 from roost.hosts import HostProfile
-from roost.plan.args import ServeArgs, derive_vllm_args, serve_kv_model, served_as
-from roost.plan.fit import FIT_CODES, decode_ceiling_tok_s, fit_check, fit_findings, load_weight_bytes
+from roost.plan.args import derive_vllm_args, serve_kv_model, served_as
+from roost.plan.fit import decode_ceiling_tok_s, fit_check, fit_findings, load_weight_bytes
 from roost.plan.inputs import PlanInputs
 from roost.plan.kv import rules_for_host
 from roost.units import GB, KiB, format_bytes, format_memory
@@ -98,24 +98,6 @@ class AuditReport(BaseModel):
         """This report, marked as read from the Hub (a preflight): the JSON then carries the three fields."""
         return self.model_copy(update={"repo_id": repo_id, "commit": commit, "bytes_fetched": bytes_fetched})
 
-    def served_with(self, host: HostProfile, inputs: PlanInputs) -> AuditReport:
-        """This report as ``inputs`` (a profile's plan inputs) serve the checkpoint on ``host``: their model
-        name and window, the arguments, weights and fit that follow (what :func:`audit_report` gives with
-        them; a report already made with them comes back equal)."""
-        name, window = served_as(inputs, native_window=self.config.max_position_embeddings,
-                                 default_name=self.served_model_name)
-        serving = _serving(self.config, host, visual_tensor_count=self.visual_tensor_count,
-                           mtp_tensor_count=self.mtp_tensor_count,
-                           bytes_by_class=cast(dict[TensorClass, int], self.weight_bytes_by_class),
-                           served_model_name=name, max_model_len=window,
-                           target_concurrency=inputs.target_concurrency)
-        kept = [f for f in self.findings if f.code not in FIT_CODES]
-        kv = serve_kv_model(self.config, rules_for_host(host), mtp_tensor_count=self.mtp_tensor_count)
-        return self.model_copy(update={
-            **serving.fields(), "host": host.name, "findings": [*kept, *serving.findings],
-            "decode_ceiling_tok_s": decode_ceiling_tok_s(self.decode_bytes_per_token, host),
-            "kv_bytes_per_token": kv.kv_bytes_per_token})
-
     def summary(self) -> str:
         lines = [
             f"{self.path}: {self.architecture} ({self.model_type}), {self.shard_count} shard(s)"
@@ -157,37 +139,6 @@ def _quote(arg: str) -> str:
     return f"'{arg}'" if any(c in arg for c in " {}\"") else arg
 
 
-class _Serving(NamedTuple):
-    """What serving the checkpoint on a host with a name, a window and a target concurrency derives."""
-
-    args: ServeArgs
-    load_weight_bytes: int
-    findings: list[Finding]
-
-    def fields(self) -> dict[str, Any]:
-        """The report's fields these decide."""
-        return {"served_model_name": self.args.served_model_name, "max_model_len": self.args.max_model_len,
-                "vllm_args": self.args.to_argv(), "kv_cache_memory_bytes": self.args.kv_cache_memory_bytes,
-                "load_weight_bytes": self.load_weight_bytes}
-
-
-def _serving(cfg: ModelConfigInfo, host: HostProfile, *, visual_tensor_count: int, mtp_tensor_count: int,
-             bytes_by_class: Mapping[TensorClass, int], served_model_name: str, max_model_len: int | None,
-             target_concurrency: float) -> _Serving:
-    """The vLLM arguments, the weights vLLM loads with them and the fit findings on ``host``."""
-    args = derive_vllm_args(
-        cfg,
-        rules_for_host(host),
-        visual_tensor_count=visual_tensor_count,
-        mtp_tensor_count=mtp_tensor_count,
-        served_model_name=served_model_name,
-        max_model_len=max_model_len,
-        target_concurrency=target_concurrency,
-    )
-    load_bytes = load_weight_bytes(bytes_by_class, args)
-    return _Serving(args, load_bytes, fit_findings(fit_check(load_bytes, args.kv_cache_memory_bytes, host), host))
-
-
 def audit_report(
     audit: CheckpointAudit,
     host: HostProfile,
@@ -209,16 +160,24 @@ def audit_report(
         served_model_name, max_model_len = served_as(inputs, native_window=cfg.max_position_embeddings,
                                                      default_name=served_model_name or ck.name)
         target_concurrency = inputs.target_concurrency
+    args = derive_vllm_args(
+        cfg,
+        rules,
+        visual_tensor_count=ck.visual_tensor_count,
+        mtp_tensor_count=ck.mtp_tensor_count,
+        served_model_name=served_model_name or ck.name,
+        max_model_len=max_model_len,
+        target_concurrency=target_concurrency,
+    )
     stats = ck.tensors
-    serving = _serving(cfg, host, visual_tensor_count=ck.visual_tensor_count, mtp_tensor_count=ck.mtp_tensor_count,
-                       bytes_by_class=stats.bytes_by_class, served_model_name=served_model_name or ck.name,
-                       max_model_len=max_model_len, target_concurrency=target_concurrency)
+    load_bytes = load_weight_bytes(stats.bytes_by_class, args)
+    fit = fit_check(load_bytes, args.kv_cache_memory_bytes, host)
     return AuditReport(
-        **serving.fields(),
         path=ck.location,
         host=host.name,
         architecture=cfg.architecture,
         model_type=cfg.model_type,
+        served_model_name=args.served_model_name,
         shard_count=len(ck.shards_read),
         has_index=ck.has_index,
         tensor_count=stats.count,
@@ -239,8 +198,12 @@ def audit_report(
         decode_bytes_per_token=ck.decode_bytes_per_token,
         decode_ceiling_tok_s=decode_ceiling_tok_s(ck.decode_bytes_per_token, host),
         kv_bytes_per_token=serve_kv_model(cfg, rules, mtp_tensor_count=ck.mtp_tensor_count).kv_bytes_per_token,
+        max_model_len=args.max_model_len,
         native_max_model_len=cfg.max_position_embeddings,
-        findings=[*audit.findings, *serving.findings],
+        findings=[*audit.findings, *fit_findings(fit, host)],
+        vllm_args=args.to_argv(),
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        load_weight_bytes=load_bytes,
         audit_seconds=audit.seconds + time.perf_counter() - t0,
         config=cfg,
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -115,6 +115,11 @@ def png_data_uri(path: Path, max_bytes: int = INLINE_MAX_BYTES, width: int = 720
     return None
 
 
-def pane_tables(table: Table) -> str:
-    """``table`` as Markdown for the Prefect UI's artifact pane: fitted (``roost.report.pane.fit_table``)."""
+def pane_tables(rows: Sequence[Mapping[str, object]], text: Collection[str] = ()) -> str:
+    """Rows of cells (one mapping each, keyed by column) as Markdown for the Prefect UI's artifact pane:
+    fitted (``roost.report.pane.fit_table``), every column but those named in ``text`` aligned right as
+    numbers, an empty cell for None."""
+    headers = list(rows[0])
+    table = Table(headers=headers, rows=[["" if v is None else str(v) for v in r.values()] for r in rows],
+                  align_right=[i for i, h in enumerate(headers) if h not in text])
     return "\n".join(_block(table, Path("."), "pane", {})) + "\n"

@@ -62,10 +62,9 @@ def test_audit_and_plan_agree_for_every_built_in_profile(name: str, checkpoint_o
         == (prof.served_model_name, window)
     assert audit.native_max_model_len == native
     assert _served(audit.vllm_args) == _served(plan.vllm_args) == (prof.served_model_name, str(window))
-    # a report audited without the profile, then served with it, is the report audited with it
+    # without the profile: the directory's name and the checkpoint's own window
     plain = audit_for_host(checkpoint_of(name), get_host(prof.host))
-    assert plain.served_with(get_host(prof.host), inputs).model_dump(exclude={"audit_seconds"}) == \
-        audit.model_dump(exclude={"audit_seconds"})
+    assert plain.max_model_len == plain.native_max_model_len == native
 
 
 def test_the_demo_profile_is_audited_at_its_window_not_the_checkpoints(tiny_model: Path) -> None:
