@@ -50,6 +50,9 @@ COMMANDS: dict[str, str] = {
              "worker to start on each host. Idempotent: a second run changes nothing and says so.",
     "doctor": "Preflight a worker host: Docker, NVIDIA runtime and driver, disk, base image, Prefect API (exit 0 "
               "ready, 1 a check failed, 2 bad input).",
+    "install": "Install the whole serving box on this machine as system services: Prefect server, worker, gateway, "
+               "report server, monitoring (sudo scripts/install-spark runs it; --dry-run shows everything, "
+               "--uninstall removes it).",
     "results": "List stored runs and their headline numbers; filter by model and host. `roost results serve` "
                "serves the reports over HTTP for the Prefect UI.",
     "gateway": "The metering gateway: one door to every landed model, a key per user, device or app.",

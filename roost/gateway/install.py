@@ -18,8 +18,12 @@ from roost.errors import UserError
 UNIT = "roost-gateway.service"
 
 
-def unit_text(exe: Path, args: list[str], env_file: Path) -> str:
+def unit_text(exe: Path, args: list[str], env_file: Path, *, user: str | None = None) -> str:
+    """The unit: a user unit (``systemctl --user``), or with ``user`` a system unit run as that user
+    (``roost install``'s box)."""
     cmd = " ".join(shlex.quote(a) for a in [str(exe), "gateway", "serve", *args])
+    user_line = f"User={user}\n" if user else ""
+    target = "multi-user.target" if user else "default.target"
     return f"""[Unit]
 Description=roost metering gateway (auth, routing, token metering for vLLM)
 After=network-online.target
@@ -27,7 +31,7 @@ Wants=network-online.target
 
 [Service]
 Type=simple
-EnvironmentFile=-{env_file}
+{user_line}EnvironmentFile=-{env_file}
 ExecStart={cmd}
 Restart=always
 RestartSec=2
@@ -39,7 +43,7 @@ NoNewPrivileges=yes
 LimitNOFILE=65536
 
 [Install]
-WantedBy=default.target
+WantedBy={target}
 """
 
 

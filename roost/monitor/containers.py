@@ -40,6 +40,8 @@ PROMETHEUS_NAME = "roost-prometheus"
 GRAFANA_NAME = "roost-grafana"
 LABEL = "ai.roost.monitor"
 ADMIN_PASSWORD_ENV = ROOST_GRAFANA_ADMIN_PASSWORD
+VOLUMES = ("roost-prometheus-data", "roost-alertmanager-data", "roost-grafana-data")
+"""The containers' data (kept by ``down``; ``roost install --uninstall --purge`` removes them)."""
 
 Mount = Literal["dir", "file"]
 
@@ -131,7 +133,7 @@ def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 
         command=[f"--config.file=/etc/prometheus/{scrape.CONFIG_FILE}", "--storage.tsdb.path=/prometheus",
                  f"--storage.tsdb.retention.time={options.retention}", "--web.enable-lifecycle",
                  f"--web.listen-address={options.prometheus_listen}"],
-        volumes={**prometheus_volumes(out, options.mount), "roost-prometheus-data": {"bind": "/prometheus", "mode": "rw"}},
+        volumes={**prometheus_volumes(out, options.mount), VOLUMES[0]: {"bind": "/prometheus", "mode": "rw"}},
         labels={LABEL: "prometheus"}, restart_policy={"Name": "unless-stopped"})
     state.prometheus_container = PROMETHEUS_NAME
     _wait_ready(prom, PrometheusAPI(state.prometheus_url, timeout_s=2.0).ready, "Prometheus", PrometheusError,
@@ -145,7 +147,7 @@ def up(client: Any, state: MonitorState, options: UpOptions, timeout_s: float = 
             options.grafana_image, name=GRAFANA_NAME, detach=True, network_mode="host", environment=env,
             volumes={str((out / "grafana" / "provisioning").resolve()): {"bind": "/etc/grafana/provisioning", "mode": "ro"},
                      str((out / "grafana" / "dashboards").resolve()): {"bind": DASHBOARDS_PATH, "mode": "ro"},
-                     "roost-grafana-data": {"bind": "/var/lib/grafana", "mode": "rw"}},
+                     VOLUMES[2]: {"bind": "/var/lib/grafana", "mode": "rw"}},
             labels={LABEL: "grafana"}, restart_policy={"Name": "unless-stopped"})
         state.grafana_container = GRAFANA_NAME
         state.grafana_url = f"http://127.0.0.1:{options.grafana_port}"
@@ -164,7 +166,7 @@ def _run_alertmanager(client: Any, state: MonitorState, options: UpOptions, time
         command=["--config.file=/etc/alertmanager/alertmanager.yml", "--storage.path=/alertmanager",
                  f"--web.listen-address={state.alertmanager}", "--cluster.listen-address="],
         volumes={str((Path(state.out) / ALERTMANAGER_DIR).resolve()): {"bind": "/etc/alertmanager", "mode": "ro"},
-                 "roost-alertmanager-data": {"bind": "/alertmanager", "mode": "rw"}},
+                 VOLUMES[1]: {"bind": "/alertmanager", "mode": "rw"}},
         labels={LABEL: "alertmanager"}, restart_policy={"Name": "unless-stopped"})
     state.alertmanager_container = ALERTMANAGER_NAME
     state.alertmanager_url = f"http://{state.alertmanager.replace('0.0.0.0', '127.0.0.1')}"
@@ -201,4 +203,51 @@ def down(client: Any, state: MonitorState) -> list[str]:
     state.prometheus_container = state.grafana_container = state.alertmanager_container = ""
     state.prometheus_url = state.grafana_url = state.alertmanager_url = ""
     save_state(state)
+    return gone
+
+
+def running_as(client: Any, options: UpOptions, alertmanager: str) -> bool:
+    """Whether each container ``options`` asks for runs the image asked for, listening where asked
+    (Alertmanager at ``alertmanager``), and none runs that it does not ask for: ``up`` would change nothing."""
+    import docker
+
+    want: dict[str, tuple[str, str]] = {
+        PROMETHEUS_NAME: (options.prometheus_image, f"--web.listen-address={options.prometheus_listen}")}
+    if options.alertmanager:
+        want[ALERTMANAGER_NAME] = (options.alertmanager_image, f"--web.listen-address={alertmanager}")
+    if options.grafana:
+        want[GRAFANA_NAME] = (options.grafana_image, f"GF_SERVER_HTTP_PORT={options.grafana_port}")
+    for name in (PROMETHEUS_NAME, ALERTMANAGER_NAME, GRAFANA_NAME):
+        try:
+            container = client.containers.get(name)
+        except docker.errors.NotFound:
+            container = None
+        if name not in want or container is None:
+            if (name in want) != (container is not None):
+                return False
+            continue
+        config = container.attrs.get("Config") or {}
+        image, setting = want[name]
+        if (container.status != "running" or config.get("Image") != image
+                or setting not in [*(config.get("Cmd") or []), *(config.get("Env") or [])]):
+            return False
+    return True
+
+
+def any_running(client: Any) -> bool:
+    """Whether any container ``up`` started exists (running or not)."""
+    return bool(client.containers.list(all=True, filters={"label": LABEL}))
+
+
+def remove_volumes(client: Any) -> list[str]:
+    """Remove the containers' data volumes (after ``down``); returns the names removed."""
+    import docker
+
+    gone = []
+    for name in VOLUMES:
+        try:
+            client.volumes.get(name).remove(force=True)
+            gone.append(name)
+        except docker.errors.NotFound:
+            pass
     return gone

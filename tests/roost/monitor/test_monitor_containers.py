@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -23,10 +22,10 @@ from typing import Any
 
 import httpx
 import pytest
-from docker_fixtures import MANAGED, ROOTFS_IMAGE
-from support.alertmanager import ALERTMANAGER, have_alertmanager
+from support.alertmanager import have_alertmanager
 from support.cli import run_roost as _roost
-from support.prometheus import PROMETHEUS, have_prometheus
+from support.monitor_images import build_alertmanager_image, build_prometheus_image
+from support.prometheus import have_prometheus
 from support.wait import poll
 
 from roost.gateway import registry
@@ -44,32 +43,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker,
               pytest.mark.skipif(not have_alertmanager(), reason="Debian's prometheus-alertmanager (scripts/test "
                                  "installs it)")]
 
-IMAGE = "roost-test/prometheus:debian"
-AM_IMAGE = "roost-test/alertmanager:debian"
-AM_TEMPLATES = "/usr/share/prometheus/alertmanager"
 METRICS = b'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="fake"} 0\n'
 
 
 @pytest.fixture(scope="module")
 def prometheus_image(docker_engine: Any, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    ctx = tmp_path_factory.mktemp("prom-image")
-    shutil.copy2(PROMETHEUS, ctx / "prometheus")
-    (ctx / "Dockerfile").write_text(f"FROM {ROOTFS_IMAGE}\nCOPY prometheus /bin/prometheus\n"
-                                    f"LABEL {MANAGED}\n")
-    docker_engine.images.build(path=str(ctx), tag=IMAGE, rm=True)
-    return IMAGE
+    return build_prometheus_image(docker_engine, tmp_path_factory.mktemp("prom-image"))
 
 
 @pytest.fixture(scope="module")
 def alertmanager_image(docker_engine: Any, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    ctx = tmp_path_factory.mktemp("am-image")
-    shutil.copy2(ALERTMANAGER, ctx / "alertmanager")
-    shutil.copytree(AM_TEMPLATES, ctx / "templates", ignore=shutil.ignore_patterns("ui", "no-ui", "*.sh"))
-    # Debian's build reads its default templates from there (the official image has them built in)
-    (ctx / "Dockerfile").write_text(f"FROM {ROOTFS_IMAGE}\nCOPY alertmanager /bin/alertmanager\n"
-                                    f"COPY templates {AM_TEMPLATES}\nLABEL {MANAGED}\n")
-    docker_engine.images.build(path=str(ctx), tag=AM_IMAGE, rm=True)
-    return AM_IMAGE
+    return build_alertmanager_image(docker_engine, tmp_path_factory.mktemp("am-image"))
 
 
 class Exporter:
