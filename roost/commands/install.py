@@ -20,6 +20,7 @@ unusable input (one line: a bad flag, not root, ``--purge`` without ``--uninstal
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -55,10 +56,24 @@ def _box(host: str, postgres: bool, address: str, env: Path | None, ports: Ports
     if not (repo / "scripts" / "install-worker").is_file():
         raise UserError(f"{repo} is not a roost checkout (no scripts/install-worker): run scripts/install-spark from one")
     user = system.service_user()
+    if address and not re.fullmatch(r"[A-Za-z0-9.:-]{1,253}", address):
+        raise UserError(f"--address {address[:60]!r}: give an IP address or a host name the tailnet resolves")
     home = environment().roost_home
     roost_home = Path(home).expanduser() if home else system.home_of(user) / ".cache" / "roost"
-    return Box(host=host, user=user, address=address or system.address(), env_dir=env_dir, repo=repo,
+    return Box(host=host, user=user, address=address or _installed_address() or system.address(), env_dir=env_dir,
+               repo=repo,
                roost_home=roost_home, postgres=postgres, ports=ports, monitoring=monitoring)
+
+
+def _installed_address() -> str:
+    """The address an earlier install chose (a second run keeps it even when ``hostname -I`` reorders)."""
+    from urllib.parse import urlsplit
+
+    from roost.install import system
+    from roost.install.layout import ETC
+
+    url = system.env_values(ETC / "prefect-server.env").get("PREFECT_UI_API_URL", "")
+    return (urlsplit(url).hostname or "") if url else ""
 
 
 def install_command(
@@ -90,6 +105,8 @@ def install_command(
     alertmanager_image: Annotated[str, typer.Option("--alertmanager-image", help="Default: the official image.")] = "",
     grafana_image: Annotated[str, typer.Option("--grafana-image", help="Default: the official image.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    check_args: Annotated[bool, typer.Option("--check-args", hidden=True, help="Check the flags and stop "
+                                             "(scripts/install-spark, before it installs the environment).")] = False,
 ) -> None:
     """Install (or remove) the whole serving box on this machine: Prefect server, worker, gateway, report server
     and monitoring, as services that start at boot."""
@@ -104,11 +121,14 @@ def install_command(
         raise UserError("--prefect-port, --gateway-port, --results-port and --grafana-port must differ")
     monitoring = Monitoring(grafana=not no_grafana, prometheus_image=prometheus_image,
                             alertmanager_image=alertmanager_image, grafana_image=grafana_image)
+    box = _box(host, postgres, address, env, ports, monitoring)
+    if check_args:  # the flags only: the environment is installed (with --demo's extra) after this
+        return
+    if not uninstall:
+        _check_demo(box, demo)
     if not dry_run and os.geteuid() != 0:
         raise UserError("installing system services needs root: run `sudo scripts/install-spark` "
                         "(--dry-run shows what it would do without)")
-    box = _box(host, postgres, address, env, ports, monitoring)
-    _check_demo(box, demo)
     os.environ["ROOST_HOME"] = str(box.roost_home)  # the monitoring state and the doctor's disk are the user's
     if dry_run:
         from roost.commands.install_show import dry_run as show
@@ -118,6 +138,9 @@ def install_command(
     if uninstall:
         _uninstall(box, purge=purge, as_json=as_json)
         return
+    from roost.install.box import require_systemd
+
+    require_systemd()
     _preflight(box, force=force, quiet=as_json)
     _install(box, as_json=as_json)
 
@@ -170,7 +193,11 @@ def _doctor(box: Box, with_prefect: bool) -> tuple[bool, list[str], Any]:
 
 def _preflight(box: Box, *, force: bool, quiet: bool) -> None:
     from roost.errors import RoostError
+    from roost.install import system
 
+    if box.user != "root" and box.user not in system.docker_group_members():
+        raise RoostError(f"{box.user} (the services' user) is not in the docker group, so its worker and "
+                         f"monitoring cannot reach Docker: sudo usermod -aG docker {box.user}, then run again")
     ok, failed, checks = _doctor(box, with_prefect=False)
     if ok:
         if not quiet:
@@ -191,13 +218,12 @@ def next_command(box: Box) -> str:
 
 def _install(box: Box, *, as_json: bool) -> None:
     from blocks.box import PrefectBlocks
-    from roost.errors import RoostError
     from roost.install.box import Outcome, install
 
     outcome = Outcome()
     try:
         install(box, PrefectBlocks(), _step_line, outcome)
-    except RoostError:
+    except BaseException:
         if outcome.admin_key:  # made before the step that failed: shown now or never
             typer.echo(f"the gateway's admin key (shown only now: keep it): {outcome.admin_key}")
         raise

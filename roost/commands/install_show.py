@@ -88,7 +88,7 @@ def dry_run(box: Box, *, as_json: bool) -> None:
     if as_json:
         files = [{"path": str(f.path), "mode": f"{f.mode:o}", "text": f.shown()}
                  for kind, f in p["order"] if kind == "file"]
-        echo_json({"host": box.host, "address": box.address, "user": box.user, "files": files,
+        echo_json({"host": box.host, "address": box.address, "user": box.user, "env": str(box.env_dir), "files": files,
                    "commands": [c for kind, c in p["order"] if kind == "command"], "worker": worker,
                    "containers": p["containers"]})
         return

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roost.errors import UserError
+from roost.errors import RoostError, UserError
 from roost.install import system
 from roost.install.layout import (
     ADMIN_KEY_NAME,
@@ -107,10 +107,22 @@ class Installer:
 
     # --- the steps, in order ----------------------------------------------------------------------
     def run(self) -> Outcome:
+        """Every step; a failure of any kind is one ``InstallError`` line naming the step it stopped after."""
+        try:
+            self.steps()
+        except RoostError:
+            raise
+        except Exception as exc:  # a Docker, Prefect, HTTP or file error: one line, exit 1, never a traceback
+            last = self.outcome.steps[-1].name if self.outcome.steps else "the start"
+            raise InstallError(f"the install stopped after {last}: {type(exc).__name__}: "
+                               f"{system.one_line(str(exc), 200)}") from exc
+        return self.outcome
+
+    def steps(self) -> None:
         box = self.box
-        statuses = [system.make_dir(d, box.user) for d in (box.data, box.prefect_home, box.results_dir,
-                                                             box.results_dir / "reports", box.data / "gateway",
+        statuses = [system.make_dir(d, box.user) for d in (box.data, box.results_dir, box.results_dir / "reports",
                                                              box.roost_home)]
+        statuses += [system.make_dir(d, box.user, 0o700) for d in (box.prefect_home, box.data / "gateway")]
         statuses.append(system.make_dir(box.etc, "root"))
         self.done("directories", "created" if "created" in statuses else "unchanged",
                   f"{box.etc} (settings, keys), {box.data} (databases, results)")
@@ -135,7 +147,6 @@ class Installer:
         system.wait_http(f"http://127.0.0.1:{box.ports.results}/", 60, RESULTS_UNIT, any_answer=True)
         self.done("report server", status, f"{box.results_url} (the reports in {box.results_dir / 'reports'})")
         self.monitoring()
-        return self.outcome
 
     def postgres(self) -> str:
         pg = Postgres()
@@ -145,8 +156,9 @@ class Installer:
         system.start_unit(pg.service, False)
         pg.ready()
         url = system.env_values(self.box.prefect_env).get("PREFECT_API_DATABASE_CONNECTION_URL", "")
-        password = url.partition("://")[2].partition("@")[0].partition(":")[2] or secrets.token_urlsafe(24)
-        status = pg.ensure(password)
+        kept = url.partition("://")[2].partition("@")[0].partition(":")[2]
+        password = kept or secrets.token_urlsafe(24)
+        status = pg.ensure(password, new_password=not kept)
         self.done("postgresql", "created" if installed_now else status,
                   "Debian's PostgreSQL: database and role roost_prefect (the password in the server's environment "
                   "file)")
@@ -198,7 +210,7 @@ class Installer:
             client = containers.engine(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
         except UserError as exc:
             raise InstallError(f"monitoring runs as containers: {exc}") from None
-        if containers.running_as(client, options, box.ports.alertmanager):
+        if containers.running_as(client, options, box.ports.alertmanager) and _rendered_for(box):
             self.done("monitoring", "unchanged", _monitor_detail(box))
             return
         existed = containers.any_running(client)
@@ -217,18 +229,33 @@ def up_options(box: Box) -> Any:
         prometheus_listen=box.ports.prometheus, grafana_port=box.ports.grafana)
 
 
+def _rendered_for(box: Box) -> bool:
+    """Whether the recorded monitoring files scrape this box's host and gateway."""
+    from roost.monitor.state import load_state
+
+    try:
+        state = load_state()
+    except RoostError:
+        return False
+    return state is not None and state.host == box.host and state.gateway == f"127.0.0.1:{box.ports.gateway}"
+
+
 def _monitor_detail(box: Box) -> str:
     parts = [f"Prometheus http://{box.ports.prometheus}", f"Alertmanager http://{box.ports.alertmanager}"]
     parts.append(f"Grafana {box.grafana_url}" if box.grafana_url else "no Grafana")
     return ", ".join(parts) + " (containers, restart unless-stopped)"
 
 
-def install(box: Box, side: PrefectSide, report: Report, outcome: Outcome | None = None) -> Outcome:
-    """Install the box; ``outcome`` (when given) is filled step by step, so that a caller still has what was
-    done (a new admin key) when a later step fails."""
+def require_systemd() -> None:
     if not system.systemd_running():
         raise InstallError("systemd is not running here (/run/systemd/system is missing): the box's services are "
                            "systemd units; run roost install on the machine itself (--dry-run shows what it writes)")
+
+
+def install(box: Box, side: PrefectSide, report: Report, outcome: Outcome | None = None) -> Outcome:
+    """Install the box; ``outcome`` (when given) is filled step by step, so that a caller still has what was
+    done (a new admin key) when a later step fails."""
+    require_systemd()
     installer = Installer(box, side, report)
     if outcome is not None:
         installer.outcome = outcome
@@ -236,13 +263,9 @@ def install(box: Box, side: PrefectSide, report: Report, outcome: Outcome | None
 
 
 def uninstall(box: Box, report: Report, *, purge: bool) -> Outcome:
-    """Stop and remove the services, units and monitoring containers; with ``purge``, the settings, keys,
-    databases, results and monitoring data too."""
-    from roost.monitor import containers
-    from roost.monitor.state import load_state, state_path
-
+    """Stop and remove the services, their units, the servers landings kept on this host and the monitoring
+    containers; with ``purge``, the settings, keys, databases, results and monitoring data too."""
     outcome = Outcome()
-    on_postgres = "PREFECT_API_DATABASE_CONNECTION_URL" in system.env_values(box.prefect_env)
 
     def done(name: str, status: str, detail: str = "") -> None:
         outcome.steps.append(Step(name, status, detail))
@@ -251,37 +274,68 @@ def uninstall(box: Box, report: Report, *, purge: bool) -> Outcome:
     if system.systemd_running():
         for unit in [RESULTS_UNIT, GATEWAY_UNIT, worker_unit(box.host), f"roost-warm@{box.host}.service", PREFECT_UNIT]:
             done(unit, system.stop_unit(unit))
-    state = load_state()
-    if state is not None and (state.prometheus_container or state.alertmanager_container or state.grafana_container):
-        client = containers.engine(state.docker_url or "unix:///var/run/docker.sock")
-        gone = containers.down(client, state)
-        done("monitoring", "removed" if gone else "absent", ", ".join(gone) or "no container left")
     removed = [p for p in box.unit_files if p.exists()]
     for p in removed:
         p.unlink()
     if removed and system.systemd_running():
         system.systemctl("daemon-reload")
     done("unit files", "removed" if removed else "absent", ", ".join(p.name for p in removed))
+    _remove_containers(box, done)
     if not purge:
         done("data", "unchanged", f"kept: {box.etc} (settings, keys), {box.data} (databases, results), "
              "monitoring volumes; --purge removes them")
         return outcome
+    pg = Postgres()
+    done("postgresql", pg.drop() if pg.installed() else "absent", "database and role roost_prefect")
     for path in (box.etc, box.data):
         existed = path.exists()
         shutil.rmtree(path, ignore_errors=True)
         done(str(path), "removed" if existed else "absent")
-    if on_postgres:
-        done("postgresql", Postgres().drop(), "database and role roost_prefect")
+    _purge_monitoring(done)
+    return outcome
+
+
+def _engine() -> Any:
+    from roost.monitor import containers
+
+    return containers.engine(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+
+
+def _remove_containers(box: Box, done: Callable[[str, str, str], None]) -> None:
+    """The monitoring containers (found by their label, wherever their state file is) and the vLLM servers
+    landings kept on this host (their restart policy would bring them back)."""
+    import docker
+
+    from roost.monitor import containers
+    from roost.serve.docker.containers import LABEL_HOST
+
     try:
-        client = containers.engine(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
-        gone = containers.remove_volumes(client)
+        client = _engine()
+        for label, what in ((containers.LABEL, "monitoring"), (f"{LABEL_HOST}={box.host}", "kept servers")):
+            found = client.containers.list(all=True, filters={"label": label})
+            for c in found:
+                c.remove(force=True)
+            done(what, "removed" if found else "absent", ", ".join(str(c.name) for c in found))
+    except (UserError, docker.errors.DockerException) as exc:
+        done("containers", "absent", f"no Docker engine answers ({system.one_line(str(exc), 120)})")
+
+
+def _purge_monitoring(done: Callable[[str, str, str], None]) -> None:
+    import docker
+
+    from roost.monitor import containers
+    from roost.monitor.state import load_state, state_path
+
+    try:
+        gone = containers.remove_volumes(_engine())
         done("monitoring data", "removed" if gone else "absent", ", ".join(gone))
-    except InstallError:
-        raise
-    except Exception as exc:  # no engine: nothing of ours can be in it
-        done("monitoring data", "absent", system._one_line(str(exc), 120))
+    except (UserError, docker.errors.DockerException) as exc:
+        done("monitoring data", "kept", f"the engine refused ({system.one_line(str(exc), 120)})")
+    try:
+        state = load_state()
+    except RoostError:
+        state = None
     if state is not None:
         shutil.rmtree(state.out, ignore_errors=True)
         state_path().unlink(missing_ok=True)
         done("monitoring files", "removed", state.out)
-    return outcome

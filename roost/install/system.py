@@ -33,7 +33,7 @@ class InstallError(RoostError):
     """A step of the install failed on this machine (exit 1)."""
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def one_line(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -83,8 +83,20 @@ def chown(path: Path, user: str) -> None:
 
 
 def make_dir(path: Path, owner: str, mode: int = 0o755) -> Status:
+    """``path`` owned by ``owner`` with ``mode``; a missing parent is made with the owner of the nearest existing
+    one (``~/.cache`` made for ``ROOST_HOME`` stays the user's, ``/var/lib`` root's)."""
     existed = path.is_dir()
-    path.mkdir(parents=True, exist_ok=True, mode=mode)
+    missing = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    parent_stat = probe.stat()
+    for d in reversed(missing[1:]):
+        d.mkdir(mode=0o755)
+        os.chown(d, parent_stat.st_uid, parent_stat.st_gid)
+    path.mkdir(exist_ok=True)
+    path.chmod(mode)
     chown(path, owner)
     return "unchanged" if existed else "created"
 
@@ -136,7 +148,7 @@ def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, user: str |
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
         raise InstallError(f"{what or Path(cmd[0]).name} failed (exit {proc.returncode}): "
-                           f"{_one_line(lines[-1]) if lines else 'no output'}")
+                           f"{one_line(lines[-1]) if lines else 'no output'}")
     return proc  # type: ignore[no-any-return]
 
 
@@ -213,7 +225,7 @@ def wait_http(url: str, timeout_s: float, what: str, *, any_answer: bool = False
                 return
             last = f"HTTP {r.status_code}"
         except httpx.HTTPError as exc:
-            last = _one_line(str(exc) or type(exc).__name__, 120)
+            last = one_line(str(exc) or type(exc).__name__, 120)
         time.sleep(1.0)
     raise InstallError(f"{what} did not answer {url} within {timeout_s:.0f} s ({last}): see journalctl -u {what}")
 
@@ -245,29 +257,35 @@ class Postgres:
         return run(["psql", "-X", "-tAq", "-v", "ON_ERROR_STOP=1", "-d", db], user="postgres", stdin=sql,
                    what="psql", env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}).stdout.strip()
 
+    @staticmethod
+    def running() -> bool:
+        return subprocess.run(["pg_isready", "-q"], check=False, capture_output=True).returncode == 0
+
     def ready(self, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if subprocess.run(["pg_isready", "-q"], check=False, capture_output=True).returncode == 0:
+            if self.running():
                 return
             time.sleep(0.5)
         raise InstallError(f"PostgreSQL did not accept connections within {timeout_s:.0f} s: "
                            f"see journalctl -u {self.service}")
 
-    def ensure(self, password: str) -> Status:
-        """The role and database Prefect uses, the role's password ``password``."""
+    def ensure(self, password: str, *, new_password: bool) -> Status:
+        """The role and database Prefect uses, the role's password ``password``: sent when the role is made or
+        the password is ``new_password`` (never again on a run that changes nothing)."""
         if not all(c.isalnum() or c in "-_" for c in password):
             raise UserError("the PostgreSQL password in /etc/roost/prefect-server.env has characters other than "
                             "letters, digits, - and _: remove the file's database line to have a new one made")
         role = self.psql(f"SELECT 1 FROM pg_roles WHERE rolname = '{PG_ROLE}'") == "1"
-        self.psql(f"{'ALTER' if role else 'CREATE'} ROLE {PG_ROLE} LOGIN PASSWORD '{password}'")
+        if not role or new_password:
+            self.psql(f"{'ALTER' if role else 'CREATE'} ROLE {PG_ROLE} LOGIN PASSWORD '{password}'")
         db = self.psql(f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'") == "1"
         if not db:
             self.psql(f"CREATE DATABASE {PG_DATABASE} OWNER {PG_ROLE}")
-        return "unchanged" if role and db else "created"
+        return "unchanged" if role and db and not new_password else "created" if not role else "updated"
 
     def drop(self) -> Status:
-        if not self.installed() or shutil.which("psql") is None:
+        if not self.installed() or shutil.which("psql") is None or not self.running():
             return "absent"
         db = self.psql(f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'") == "1"
         role = self.psql(f"SELECT 1 FROM pg_roles WHERE rolname = '{PG_ROLE}'") == "1"

@@ -65,7 +65,8 @@ def test_dry_run_shows_every_unit_env_file_command_and_container_and_writes_noth
     assert ("PREFECT_API_DATABASE_CONNECTION_URL='postgresql+asyncpg://roost_prefect:********@127.0.0.1:5432/"
             "roost_prefect'") in server_env
     assert "VLLM_API_KEY='********'" in files["/etc/roost/gateway.env"]["text"]
-    assert "ExecStart=" + str(REPO / ".venv/bin/prefect") + " server start --host 0.0.0.0 --port 4200" in \
+    assert Path(doc["env"]).name == ".venv"  # this command's environment (a worktree's .venv may be a link)
+    assert f"ExecStart={doc['env']}/bin/prefect server start --host 0.0.0.0 --port 4200" in \
         files["/etc/systemd/system/roost-prefect-server.service"]["text"]
     assert "gateway serve --host 0.0.0.0 --port 8080" in files["/etc/systemd/system/roost-gateway.service"]["text"]
     assert "results --dir /var/lib/roost/results serve --bind 0.0.0.0 --port 8765" in \
@@ -112,7 +113,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...],
         "--dry-run", "--host", "cpu", "--env", str(_env_without_demo(tmp_path)), home=tmp_path)
     assert r.returncode == 2, r
     assert message in r.stderr and r.stderr.count("\n") == 1, r.stderr
-    script = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--bogus"],
+    script = subprocess.run(["bash", str(SCRIPT), "--bogus"],  # checked before the environment is installed
                             env={**os.environ, "ROOST_WORKER_ENV": str(REPO / ".venv")}, **SHORT)  # type: ignore[call-overload]
     assert script.returncode == 2 and script.stderr.count("\n") == 1 and "--bogus" in script.stderr, script.stderr
 
@@ -176,11 +177,19 @@ def _active(box: SystemdBox, unit: str) -> bool:
 
 
 def test_the_box_installs_lands_comes_back_after_a_restart_and_uninstalls(machine: dict[str, Any]) -> None:
-    box: SystemdBox = machine["box"]
-    ports = machine["ports"]
-    api = f"http://127.0.0.1:{ports['prefect']}/api"
+    _a_failed_doctor_check_writes_nothing(machine)
+    started = time.monotonic()
+    doc = _installs_then_changes_nothing(machine)
+    print(f"install: {time.monotonic() - started:.0f} s")
+    report_link = _lands_through_the_box(machine, doc["admin_key"])
+    print(f"install to landed and checked: {time.monotonic() - started:.0f} s")
+    _comes_back_after_a_restart(machine, report_link)
+    _uninstalls_keeping_data_then_postgres_then_purge(machine)
 
-    # a failed doctor check: one line, exit 1, nothing written (this box has no GPU for the spark host)
+
+def _a_failed_doctor_check_writes_nothing(machine: dict[str, Any]) -> None:
+    """One line, exit 1, nothing written (this box has no GPU for the spark host)."""
+    box: SystemdBox = machine["box"]
     gpu = box.run([str(SCRIPT), "--host", "spark"], env=machine["env"])
     assert gpu.returncode == 1, gpu
     assert gpu.stderr.splitlines()[-1].startswith("roost: error: doctor: ") and "nvidia" in gpu.stderr, gpu.stderr
@@ -188,11 +197,12 @@ def test_the_box_installs_lands_comes_back_after_a_restart_and_uninstalls(machin
         [gpu.stderr.splitlines()[-1]]
     assert "No such file" in box.sh("ls /etc/roost /etc/systemd/system/roost-prefect-server.service")
 
-    started = time.monotonic()
+
+def _installs_then_changes_nothing(machine: dict[str, Any]) -> dict[str, Any]:
+    box: SystemdBox = machine["box"]
     first = spark(machine, "--json")
     assert first.returncode == 0, (first.stderr[-3000:], box.journal(PREFECT_UNIT))
-    doc = json.loads(first.stdout)
-    print(f"install: {time.monotonic() - started:.0f} s")
+    doc: dict[str, Any] = json.loads(first.stdout)
     assert doc["changed"] and doc["admin_key"] and doc["doctor"] == {"ok": True, "failed": []}, doc
     assert {s["name"]: s["status"] for s in doc["steps"]} == {
         "directories": "created", "prefect-server": "created", "roost setup": "updated", "vllm-api-key": "created",
@@ -211,17 +221,23 @@ def test_the_box_installs_lands_comes_back_after_a_restart_and_uninstalls(machin
     second = json.loads(again.stdout)
     assert not second["changed"] and second["admin_key"] is None, second["steps"]
     assert {s["status"] for s in second["steps"]} == {"unchanged"}
+    return doc
 
-    with using_api(api):
+
+def _lands_through_the_box(machine: dict[str, Any], admin_key: str) -> str:
+    """A landing through the installed server's API: kept, behind the installed gateway, scraped by the installed
+    Prometheus, its report at the recorded results_url (returned)."""
+    box: SystemdBox = machine["box"]
+    ports = machine["ports"]
+    with using_api(f"http://127.0.0.1:{ports['prefect']}/api"):
         from prefect.deployments import run_deployment
 
         fr = run_deployment("land/cpu", parameters={"keep_serving": True}, timeout=0)
         fr = wait_final(fr.id, LANDING_TIMEOUT_S)
         assert fr.state.is_completed(), (fr.state, box.journal("roost-worker@cpu", 60))
-        print(f"install to landed: {time.monotonic() - started:.0f} s")
         report_link = _report_link(fr.id)
     gateway = f"http://127.0.0.1:{ports['gateway']}"
-    headers = {"Authorization": f"Bearer {doc['admin_key']}"}
+    headers = {"Authorization": f"Bearer {admin_key}"}
     models = wait_for("the kept server behind the installed gateway", lambda: [
         m["id"] for m in httpx.get(f"{gateway}/v1/models", headers=headers, timeout=10).json().get("data", [])],
         timeout_s=60, every_s=1)
@@ -236,17 +252,26 @@ def test_the_box_installs_lands_comes_back_after_a_restart_and_uninstalls(machin
     assert report_link.startswith(f"http://127.0.0.1:{ports['results']}/"), report_link
     page = httpx.get(report_link, timeout=10)
     assert page.status_code == 200 and "tiny" in page.text, (report_link, page.status_code)
+    return report_link
 
-    box.restart()  # a reboot: every service comes back by itself
+
+def _comes_back_after_a_restart(machine: dict[str, Any], report_link: str) -> None:
+    """A reboot: every service comes back by itself, and a run then finds everything up."""
+    box: SystemdBox = machine["box"]
+    ports = machine["ports"]
+    box.restart()
     wait_for("every unit active after the restart", lambda: all(_active(box, u) for u in UNITS), timeout_s=120,
              every_s=1)
-    for what, url in (("the Prefect server", f"{api}/health"), ("the gateway", f"{gateway}/health"),
-                      ("the report server", report_link)):
+    for what, url in (("the Prefect server", f"http://127.0.0.1:{ports['prefect']}/api/health"),
+                      ("the gateway", f"http://127.0.0.1:{ports['gateway']}/health"), ("the report server", report_link)):
         wait_for(f"{what} after the restart", lambda url=url: _answers(url), timeout_s=180, every_s=1)
-    assert prometheus.ready()
-    after = spark(machine, "--json")  # a run after the reboot finds everything up
+    assert PrometheusAPI(f"http://127.0.0.1:{ports['prometheus']}").ready()
+    after = spark(machine, "--json")
     assert after.returncode == 0 and not json.loads(after.stdout)["changed"], after.stdout[-3000:]
 
+
+def _uninstalls_keeping_data_then_postgres_then_purge(machine: dict[str, Any]) -> None:
+    box: SystemdBox = machine["box"]
     gone = spark(machine, "--uninstall", "--json", timeout_s=300)
     assert gone.returncode == 0, gone.stderr[-3000:]
     assert box.sh("ls /etc/systemd/system | grep -c roost || true").strip() == "0"
@@ -259,12 +284,14 @@ def test_the_box_installs_lands_comes_back_after_a_restart_and_uninstalls(machin
     # the database in Debian's PostgreSQL, then everything away
     pg = spark(machine, "--postgres", "--json")
     assert pg.returncode == 0, (pg.stderr[-3000:], box.journal(PREFECT_UNIT))
-    pg_doc = json.loads(pg.stdout)
-    steps = {s["name"]: s["status"] for s in pg_doc["steps"]}
+    steps = {s["name"]: s["status"] for s in json.loads(pg.stdout)["steps"]}
     assert steps["postgresql"] == "created" and steps["admin key"] == "unchanged", steps
     assert box.sh("runuser -u postgres -- psql -tAc \"SELECT datname FROM pg_database WHERE datname = "
                   "'roost_prefect'\"").strip() == "roost_prefect"
-    assert "PREFECT_API_DATABASE_CONNECTION_URL" in box.sh("cat /etc/roost/prefect-server.env")
+    password = box.sh("sed -n 's/^PREFECT_API_DATABASE_CONNECTION_URL=.*roost_prefect:\\([^@]*\\)@.*/\\1/p' "
+                      "/etc/roost/prefect-server.env").strip()
+    assert len(password) >= 24, password  # made for this box, in the server's environment file only
+    assert password not in box.sh("journalctl --no-pager; cat /etc/systemd/system/roost-*.service") + pg.stdout + pg.stderr
     purged = spark(machine, "--uninstall", "--purge", "--json", timeout_s=300)
     assert purged.returncode == 0, purged.stderr[-3000:]
     assert "No such file" in box.sh("ls /etc/roost /var/lib/roost")
