@@ -66,7 +66,14 @@ PREFECT_LOGGING_EXTRA_LOGGERS = "PREFECT_LOGGING_EXTRA_LOGGERS"
 PREFECT_FLOWS_HEARTBEAT_FREQUENCY = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 PREFECT_SERVER_ANALYTICS_ENABLED = "PREFECT_SERVER_ANALYTICS_ENABLED"
+PREFECT_HOME = "PREFECT_HOME"
+PREFECT_UI_API_URL = "PREFECT_UI_API_URL"
+PREFECT_UI_ENABLED = "PREFECT_UI_ENABLED"
+PREFECT_API_DATABASE_CONNECTION_URL = "PREFECT_API_DATABASE_CONNECTION_URL"
 CI = "CI"
+# --- roost install (scripts/install-spark) ---------------------------------------------------------
+ROOST_WORKER_ENV = "ROOST_WORKER_ENV"
+SUDO_USER = "SUDO_USER"
 # --- S3 credentials (the standard AWS names), Slack -----------------------------------------------
 AWS_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
 AWS_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
@@ -134,6 +141,7 @@ class Environment(BaseSettings):
     prefect_logging_extra_loggers: str | None = _var(PREFECT_LOGGING_EXTRA_LOGGERS,
                                                      "Loggers Prefect sends to a run's logs.")
     ci: str | None = _var(CI, "Set (not 0/false/no): plain progress lines.")
+    sudo_user: str | None = _var(SUDO_USER, "Who ran sudo (roost install runs the box's services as them).")
     aws_access_key_id: str | None = _var(AWS_ACCESS_KEY_ID, "S3 access key id.")
     aws_secret_access_key: str | None = _var(AWS_SECRET_ACCESS_KEY, "S3 secret key.")
     aws_session_token: str | None = _var(AWS_SESSION_TOKEN, "S3 session token.")
@@ -161,6 +169,14 @@ def child_env(*, without: Iterable[str] = ()) -> dict[str, str]:
     variables named in ``without``)."""
     drop = set(without)
     return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def set_value(name: str, value: str | None) -> None:
+    """Set ``name`` for this process and its children (``None``: unset it)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def values_of(*names: str) -> dict[str, str]:

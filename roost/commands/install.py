@@ -31,6 +31,7 @@ import typer
 from roost.commands._common import echo_json, user_errors
 from roost.errors import UserError
 from roost.install.layout import Box, Monitoring, Ports
+from roost.settings import PREFECT_API_URL, PREFECT_UI_API_URL, ROOST_HOME, set_value
 
 PRODUCTION_PROFILE = {"spark": "ornith-1.5-35b-a3b-nvfp4"}
 """The profile the final screen's next command lands on a host (the embedded ``local`` elsewhere)."""
@@ -72,7 +73,7 @@ def _installed_address() -> str:
     from roost.install import system
     from roost.install.layout import ETC
 
-    url = system.env_values(ETC / "prefect-server.env").get("PREFECT_UI_API_URL", "")
+    url = system.env_values(ETC / "prefect-server.env").get(PREFECT_UI_API_URL, "")
     return (urlsplit(url).hostname or "") if url else ""
 
 
@@ -129,7 +130,7 @@ def install_command(
     if not dry_run and os.geteuid() != 0:
         raise UserError("installing system services needs root: run `sudo scripts/install-spark` "
                         "(--dry-run shows what it would do without)")
-    os.environ["ROOST_HOME"] = str(box.roost_home)  # the monitoring state and the doctor's disk are the user's
+    set_value(ROOST_HOME, str(box.roost_home))  # the monitoring state and the doctor's disk are the user's
     if dry_run:
         from roost.commands.install_show import dry_run as show
 
@@ -182,9 +183,9 @@ def _doctor(box: Box, with_prefect: bool) -> tuple[bool, list[str], Any]:
 
     profile = get_host(box.host)
     if with_prefect:
-        os.environ["PREFECT_API_URL"] = box.prefect_api
+        set_value(PREFECT_API_URL, box.prefect_api)
     else:
-        os.environ.pop("PREFECT_API_URL", None)
+        set_value(PREFECT_API_URL, None)
     report = run_checks(profile, gather(profile, None))
     checks = [c for c in report.checks if with_prefect or c.name != "prefect-api"]
     failed = [c.name for c in checks if c.status == "fail"]

@@ -26,6 +26,7 @@ from roost.install.layout import (
     results_files,
     worker_command,
 )
+from roost.settings import ROOST_WORKER_ENV
 
 
 def worker_dry_run(box: Box) -> str:
@@ -33,7 +34,7 @@ def worker_dry_run(box: Box) -> str:
     from roost.install.box import service_env
 
     cmd = [*worker_command(box, "roost"), "--dry-run"]
-    env = service_env(box, ROOST_WORKER_ENV=str(box.env_dir))
+    env = service_env(box, **{ROOST_WORKER_ENV: str(box.env_dir)})
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

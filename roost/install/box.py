@@ -8,7 +8,6 @@ The Prefect side (reading the Secret block, recording URLs on the host block) is
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 from collections.abc import Callable
@@ -33,6 +32,16 @@ from roost.install.layout import (
     worker_unit,
 )
 from roost.install.system import InstallError, Postgres, Status
+from roost.settings import (
+    PREFECT_API_DATABASE_CONNECTION_URL,
+    PREFECT_API_KEY,
+    PREFECT_API_URL,
+    ROOST_HOME,
+    ROOST_RESULTS_DIR,
+    ROOST_WORKER_ENV,
+    VLLM_API_KEY,
+    child_env,
+)
 
 PREFECT_START_TIMEOUT_S = 180.0
 """A first start migrates the database and builds the UI (about 20 s here, longer on PostgreSQL's first run)."""
@@ -69,10 +78,10 @@ Report = Callable[[Step], None]
 
 def service_env(box: Box, **extra: str) -> dict[str, str]:
     """The environment roost's commands run in for the box: its API, its home, its environment's bin first."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_API_KEY", "PREFECT_API_KEY")}
+    env = child_env(without=(VLLM_API_KEY, PREFECT_API_KEY))
     env.update({"PATH": f"{box.env_dir / 'bin'}:{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
-                "HOME": str(system.home_of(box.user)), "ROOST_HOME": str(box.roost_home),
-                "PREFECT_API_URL": box.prefect_api, "ROOST_RESULTS_DIR": str(box.results_dir)})
+                "HOME": str(system.home_of(box.user)), ROOST_HOME: str(box.roost_home),
+                PREFECT_API_URL: box.prefect_api, ROOST_RESULTS_DIR: str(box.results_dir)})
     env.update(extra)
     return env
 
@@ -99,9 +108,9 @@ class Installer:
         self.outcome.steps.append(step)
         self.report(step)
 
-    def roost(self, *args: str, timeout_s: float = 600, **extra: str) -> Any:
-        """``roost ARGS --json`` as the service user, in the box's environment; its JSON answer."""
-        proc = system.run([self.box.exe("roost"), *args], env=service_env(self.box, **extra), user=self.box.user,
+    def roost(self, *args: str, timeout_s: float = 600, extra: dict[str, str] | None = None) -> Any:
+        """``roost ARGS --json`` as the service user, in the box's environment (plus ``extra``); its JSON answer."""
+        proc = system.run([self.box.exe("roost"), *args], env=service_env(self.box, **(extra or {})), user=self.box.user,
                           timeout_s=timeout_s, what=f"roost {' '.join(args[:2])}")
         return json.loads(proc.stdout) if proc.stdout.strip() else None
 
@@ -131,7 +140,7 @@ class Installer:
         system.wait_http(f"{box.prefect_api}/health", PREFECT_START_TIMEOUT_S, PREFECT_UNIT)
         self.done("prefect-server", status, f"{box.prefect_ui} ({'PostgreSQL' if box.postgres else 'SQLite'})")
         key, key_status = self.vllm_key()
-        setup = self.roost("setup", "--hosts", box.host, "--store-vllm-api-key", "--json", VLLM_API_KEY=key)
+        setup = self.roost("setup", "--hosts", box.host, "--store-vllm-api-key", "--json", extra={VLLM_API_KEY: key})
         self.outcome.pool = str(setup["pool"])
         self.done("roost setup", "updated" if setup.get("changed") else "unchanged",
                   f"work pool {self.outcome.pool}, deployments land/{box.host}, rebenchmark/{box.host}, "
@@ -155,7 +164,7 @@ class Installer:
             pg.install()
         system.start_unit(pg.service, False)
         pg.ready()
-        url = system.env_values(self.box.prefect_env).get("PREFECT_API_DATABASE_CONNECTION_URL", "")
+        url = system.env_values(self.box.prefect_env).get(PREFECT_API_DATABASE_CONNECTION_URL, "")
         kept = url.partition("://")[2].partition("@")[0].partition(":")[2]
         password = kept or secrets.token_urlsafe(24)
         status = pg.ensure(password, new_password=not kept)
@@ -166,7 +175,7 @@ class Installer:
 
     def vllm_key(self) -> tuple[str, str]:
         """The upstream key: the gateway's environment file's, else the Secret block's, else a new one."""
-        key = system.env_values(self.box.gateway_env).get("VLLM_API_KEY", "")
+        key = system.env_values(self.box.gateway_env).get(VLLM_API_KEY, "")
         if key:
             return key, "unchanged"
         key = self.side.read_vllm_key(self.box.prefect_api) or ""
@@ -179,7 +188,7 @@ class Installer:
         unit = worker_unit(box.host)
         paths = [box.unit_dir / WORKER_TEMPLATE, box.worker_env]
         before, active = system.fingerprint(paths), system.unit_active(unit)
-        system.run(worker_command(box, self.outcome.pool), env=service_env(box, ROOST_WORKER_ENV=str(box.env_dir)),
+        system.run(worker_command(box, self.outcome.pool), env=service_env(box, **{ROOST_WORKER_ENV: str(box.env_dir)}),
                    what="scripts/install-worker", timeout_s=900)
         changed = system.fingerprint(paths) != before
         if changed and active:
@@ -207,7 +216,7 @@ class Installer:
         box = self.box
         options = up_options(box)
         try:
-            client = containers.engine(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+            client = _engine()
         except UserError as exc:
             raise InstallError(f"monitoring runs as containers: {exc}") from None
         if containers.running_as(client, options, box.ports.alertmanager) and _rendered_for(box):
@@ -297,8 +306,9 @@ def uninstall(box: Box, report: Report, *, purge: bool) -> Outcome:
 
 def _engine() -> Any:
     from roost.monitor import containers
+    from roost.serve.docker.images import DEFAULT_DOCKER_URL
 
-    return containers.engine(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+    return containers.engine(DEFAULT_DOCKER_URL)
 
 
 def _remove_containers(box: Box, done: Callable[[str, str, str], None]) -> None:

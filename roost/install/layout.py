@@ -24,6 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roost.gateway.install import env_text, unit_text
+from roost.settings import (
+    PREFECT_API_DATABASE_CONNECTION_URL,
+    PREFECT_API_URL,
+    PREFECT_HOME,
+    PREFECT_SERVER_ANALYTICS_ENABLED,
+    PREFECT_UI_API_URL,
+    PREFECT_UI_ENABLED,
+    ROOST_GATEWAY_DB,
+    ROOST_HOME,
+    VLLM_API_KEY,
+)
 
 ETC = Path("/etc/roost")
 UNIT_DIR = Path("/etc/systemd/system")
@@ -198,10 +209,10 @@ WantedBy=multi-user.target
 
 def prefect_server_files(box: Box, db_password: str = "") -> list[BoxFile]:
     """The Prefect server's unit and environment file (the database URL, with its password, in the latter)."""
-    env = {"PREFECT_HOME": str(box.prefect_home), "PREFECT_UI_API_URL": box.prefect_ui_api,
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "true"}
+    env = {PREFECT_HOME: str(box.prefect_home), PREFECT_UI_API_URL: box.prefect_ui_api,
+           PREFECT_SERVER_ANALYTICS_ENABLED: "false", PREFECT_UI_ENABLED: "true"}
     if box.postgres:
-        env["PREFECT_API_DATABASE_CONNECTION_URL"] = box.database_url(db_password)
+        env[PREFECT_API_DATABASE_CONNECTION_URL] = box.database_url(db_password)
     unit = _service_unit(
         "roost's Prefect server (API and UI) for this box", box.user,
         [box.exe("prefect"), "server", "start", "--host", "0.0.0.0", "--port", str(box.ports.prefect)],
@@ -215,8 +226,8 @@ def prefect_server_files(box: Box, db_password: str = "") -> list[BoxFile]:
 def gateway_files(box: Box, vllm_api_key: str) -> list[BoxFile]:
     """The gateway's system unit (``roost gateway serve`` on every address) and its environment file, which
     holds the upstream vLLM key the kept landings share (the Secret block ``roost-vllm-api-key`` holds it too)."""
-    env = {"VLLM_API_KEY": vllm_api_key, "ROOST_GATEWAY_DB": box.gateway_db, "ROOST_HOME": str(box.roost_home),
-           "PREFECT_API_URL": box.prefect_api}
+    env = {VLLM_API_KEY: vllm_api_key, ROOST_GATEWAY_DB: box.gateway_db, ROOST_HOME: str(box.roost_home),
+           PREFECT_API_URL: box.prefect_api}
     unit = unit_text(Path(box.exe("roost")), ["--host", "0.0.0.0", "--port", str(box.ports.gateway)],
                      box.gateway_env, user=box.user)
     return [BoxFile(box.unit_dir / GATEWAY_UNIT, unit),

@@ -25,6 +25,7 @@ import httpx
 
 from roost.errors import RoostError, UserError
 from roost.install.layout import PG_DATABASE, PG_ROLE, BoxFile
+from roost.settings import child_env, environment
 
 Status = Literal["created", "updated", "unchanged", "removed", "absent"]
 
@@ -117,7 +118,7 @@ def fingerprint(paths: Sequence[Path]) -> tuple[tuple[str, bytes, int], ...]:
 
 def service_user() -> str:
     """Who the services run as: the user who ran ``sudo``, else the current user."""
-    user = os.environ.get("SUDO_USER") or pwd.getpwuid(os.getuid()).pw_name
+    user = environment().sudo_user or pwd.getpwuid(os.getuid()).pw_name
     try:
         pwd.getpwnam(user)
     except KeyError:
@@ -244,7 +245,7 @@ class Postgres:
         return bool(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
 
     def install(self) -> None:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        env = {**child_env(), "DEBIAN_FRONTEND": "noninteractive"}
         apt = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"]
         try:
             run(apt, env=env, what="apt-get install postgresql", timeout_s=900)
@@ -255,7 +256,7 @@ class Postgres:
     def psql(self, sql: str, db: str = "postgres") -> str:
         """``sql`` on ``psql``'s standard input (never its command line), unaligned tuples out."""
         return run(["psql", "-X", "-tAq", "-v", "ON_ERROR_STOP=1", "-d", db], user="postgres", stdin=sql,
-                   what="psql", env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}).stdout.strip()
+                   what="psql", env={"PATH": child_env().get("PATH", "/usr/bin:/bin")}).stdout.strip()
 
     @staticmethod
     def running() -> bool:

@@ -26,7 +26,7 @@ import pytest
 from docker_fixtures import REPO
 from support.monitor_images import build_alertmanager_image, build_prometheus_image
 from support.prefect_server import using_api
-from support.systemd_box import PYTHON_ROOT, SystemdBox, build_box_image, systemd_box
+from support.systemd_box import CA_BUNDLE, PYTHON_ROOT, SystemdBox, build_box_image, systemd_box
 from support.wait import wait_for
 from support.workers import wait_final
 
@@ -160,7 +160,7 @@ def machine(docker_engine: Any, base_image: str, tmp_path_factory: pytest.TempPa
                 "--alertmanager", f"127.0.0.1:{ports['alertmanager']}", "--no-grafana",
                 "--prometheus-image", prometheus, "--alertmanager-image", alertmanager]
         env = {"ROOST_WORKER_ENV": "/opt/roost-env", "ROOST_PYTHON": str(PYTHON_ROOT / "bin" / "python3"),
-               "ROOST_HOME": str(work / "home"),
+               "ROOST_HOME": str(work / "home"), "SSL_CERT_FILE": str(CA_BUNDLE),
                "PATH": f"{PYTHON_ROOT / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
         try:
             yield {"box": box, "args": args, "env": env, "ports": ports, "work": work, "client": docker_engine}

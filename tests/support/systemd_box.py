@@ -8,7 +8,8 @@ cgroup hierarchy read-write, tmpfs ``/run``; and a machine's ``/dev/shm`` (vLLM'
 memory a container's default 64 MiB does not hold). It shares the host's network (the tests reach its services on
 loopback, and ``roost monitor up``'s containers, started on the host's engine through its socket, scrape
 them there) and sees the checkout, the interpreter, the vLLM CPU venv and uv's cache at their host paths
-(what a Spark has before ``install-spark``: a clone, Python, packages cached). Its ``ROOST_HOME`` is a host
+(what a Spark has before ``install-spark``: a clone, Python, packages cached, and the host's CA bundle, which
+trusts this machine's package proxy). Its ``ROOST_HOME`` is a host
 directory at the same path in both, so the monitoring files the box renders are where the host's engine
 bind-mounts them from.
 """
@@ -29,6 +30,9 @@ BOX_IMAGE = "roost-test/systemd-box:bookworm"
 PACKAGES = "systemd systemd-sysv dbus ca-certificates hostname git postgresql procps"
 MASKED = "systemd-logind.service getty.target console-getty.service systemd-udevd.service"
 PYTHON_ROOT = Path(sys.base_prefix)  # the interpreter the project's venvs are made from
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+"""The host's CA bundle, which trusts the package proxy this machine reaches the registries through (uv in
+the box builds the checkout's package: its build backend may be asked of the index)."""
 
 
 def build_box_image(client: Any, ctx: Path) -> str:
@@ -92,7 +96,7 @@ class SystemdBox:
 @contextlib.contextmanager
 def systemd_box(client: Any, name: str, work: Path, extra: list[Path]) -> Iterator[SystemdBox]:
     """The box with the checkout, ``work`` and ``extra`` read-write and the interpreter read-only."""
-    box = SystemdBox(client, name, [REPO, work, *extra], [PYTHON_ROOT])
+    box = SystemdBox(client, name, [REPO, work, *extra], [PYTHON_ROOT, *([CA_BUNDLE] if CA_BUNDLE.is_file() else [])])
     try:
         yield box
     finally:
