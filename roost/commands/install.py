@@ -91,8 +91,8 @@ def install_command(
                                         "results and monitoring data too.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Install despite failed doctor checks.")] = False,
     demo: Annotated[bool, typer.Option("--demo", help="The environment has the demo extra (scripts/install-spark "
-                                       "--demo installs it): needed by a CPU host, whose land deployment runs the "
-                                       "embedded local profile.")] = False,
+                                       "--demo installs it; it does for a CPU host by itself, whose land deployment "
+                                       "runs the embedded local profile).")] = False,
     env: Annotated[Path | None, typer.Option("--env", help="roost's installed environment the services run from "
                                              "(default: this command's).")] = None,
     prefect_port: Annotated[int, typer.Option("--prefect-port", min=1, max=65535)] = 4200,
@@ -106,8 +106,9 @@ def install_command(
     alertmanager_image: Annotated[str, typer.Option("--alertmanager-image", help="Default: the official image.")] = "",
     grafana_image: Annotated[str, typer.Option("--grafana-image", help="Default: the official image.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    check_args: Annotated[bool, typer.Option("--check-args", hidden=True, help="Check the flags and stop "
-                                             "(scripts/install-spark, before it installs the environment).")] = False,
+    check_args: Annotated[bool, typer.Option("--check-args", hidden=True, help="Check the flags, print `demo` when "
+                                             "the host needs the demo extra, and stop (scripts/install-spark, "
+                                             "before it installs the environment).")] = False,
 ) -> None:
     """Install (or remove) the whole serving box on this machine: Prefect server, worker, gateway, report server
     and monitoring, as services that start at boot."""
@@ -123,7 +124,9 @@ def install_command(
     monitoring = Monitoring(grafana=not no_grafana, prometheus_image=prometheus_image,
                             alertmanager_image=alertmanager_image, grafana_image=grafana_image)
     box = _box(host, postgres, address, env, ports, monitoring)
-    if check_args:  # the flags only: the environment is installed (with --demo's extra) after this
+    if check_args:  # the flags only: the environment is installed (with the demo extra a CPU host needs) after this
+        if needs_demo(box.host):
+            typer.echo("demo")
         return
     if not uninstall:
         _check_demo(box, demo)
@@ -146,17 +149,21 @@ def install_command(
     _install(box, as_json=as_json)
 
 
-def _check_demo(box: Box, demo: bool) -> None:
+def needs_demo(host: str) -> bool:
     """A CPU host lands the embedded ``local`` profile, whose model and Hub mirror come with the demo extra."""
     from roost.hosts import get_host
 
+    return get_host(host).accelerator == "cpu"
+
+
+def _check_demo(box: Box, demo: bool) -> None:
     has_demo = (box.env_dir / "bin" / "olah-cli").exists() or any(box.env_dir.glob("lib/python*/site-packages/olah"))
-    if get_host(box.host).accelerator == "cpu" and not has_demo:
+    if needs_demo(box.host) and not has_demo:
         raise UserError(f"host {box.host} lands the embedded local profile (a tiny model from a local Hub mirror), "
-                        f"which needs the demo extra: run scripts/install-spark --demo --host {box.host}")
+                        f"which needs the demo extra: run scripts/install-spark --host {box.host}, which installs it")
     if demo and not has_demo:
         raise UserError(f"--demo: {box.env_dir} has no demo extra; scripts/install-spark --demo installs it")
-    if has_demo and get_host(box.host).accelerator == "cpu" and shutil.which("git") is None:
+    if has_demo and needs_demo(box.host) and shutil.which("git") is None:
         raise UserError("the local profile's Hub mirror publishes its demo model with git, which is not installed "
                         "here: apt-get install git")
 

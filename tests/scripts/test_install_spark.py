@@ -106,7 +106,7 @@ def test_dry_run_shows_every_unit_env_file_command_and_container_and_writes_noth
     (("--host", "nosuch"), "unknown host profile 'nosuch'"),
     (("--prometheus-listen", "nope"), "--prometheus-listen 'nope': give HOST:PORT"),
     (("--gateway-port", "4200"), "must differ"),
-    (("--host", "cpu"), "needs the demo extra: run scripts/install-spark --demo --host cpu"),
+    (("--host", "cpu"), "needs the demo extra: run scripts/install-spark --host cpu, which installs it"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     r = roost_install("--dry-run", *args, home=tmp_path) if args != ("--host", "cpu") else roost_install(
@@ -154,7 +154,7 @@ def machine(docker_engine: Any, base_image: str, tmp_path_factory: pytest.TempPa
              "alertmanager": free_port()}
     uv_cache = Path.home() / ".cache" / "uv"
     with systemd_box(docker_engine, f"roost-test-spark-{os.getpid()}", work, [vllm_venv, uv_cache]) as box:
-        args = ["--host", "cpu", "--demo", "--address", "127.0.0.1", "--prefect-port", str(ports["prefect"]),
+        args = ["--host", "cpu", "--address", "127.0.0.1", "--prefect-port", str(ports["prefect"]),
                 "--gateway-port", str(ports["gateway"]), "--results-port", str(ports["results"]),
                 "--prometheus-listen", f"127.0.0.1:{ports['prometheus']}",
                 "--alertmanager", f"127.0.0.1:{ports['alertmanager']}", "--no-grafana",
