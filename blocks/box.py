@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from prefect.blocks.system import Secret
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from pydantic import SecretStr
 
@@ -16,7 +17,7 @@ from roost.install.system import Status
 class PrefectBlocks:
     def read_vllm_key(self, api_url: str) -> str | None:
         with temporary_settings(updates={PREFECT_API_URL: api_url}):
-            data = _read_document("secret", VLLM_API_KEY_BLOCK)
+            data = _read_document(Secret.get_block_type_slug(), VLLM_API_KEY_BLOCK)
         value: Any = (data or {}).get("value")
         if isinstance(value, SecretStr):
             value = value.get_secret_value()

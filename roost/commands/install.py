@@ -71,9 +71,9 @@ def _installed_address() -> str:
     from urllib.parse import urlsplit
 
     from roost.install import system
-    from roost.install.layout import ETC
+    from roost.install.layout import PREFECT_ENV
 
-    url = system.env_values(ETC / "prefect-server.env").get(PREFECT_UI_API_URL, "")
+    url = system.env_values(PREFECT_ENV).get(PREFECT_UI_API_URL, "")
     return (urlsplit(url).hostname or "") if url else ""
 
 

@@ -43,7 +43,7 @@ def worker_dry_run(box: Box) -> str:
 
 
 def shown(cmd: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in cmd).replace(shlex.quote(MASK), MASK)
+    return shlex.join(cmd)
 
 
 def _containers(box: Box) -> list[dict[str, str]]:

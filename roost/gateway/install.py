@@ -51,7 +51,8 @@ def env_text(values: dict[str, str]) -> str:
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items() if v)
 
 
-def _write(path: Path, text: str, mode: int) -> None:
+def write_file(path: Path, text: str, mode: int) -> None:
+    """``text`` into ``path`` atomically, with ``mode`` from the start (a secret is never readable by others)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     os.fchmod(fd, mode)
@@ -69,8 +70,8 @@ def install(unit_dir: Path, env_file: Path, args: list[str], env: dict[str, str]
     """Write the unit and its environment file; with ``start``, enable and start it (``systemctl --user``).
     Returns what was done, one line each."""
     unit_path = unit_dir / UNIT
-    _write(env_file, env_text(env), 0o600)
-    _write(unit_path, unit_text(roost_executable(), args, env_file), 0o644)
+    write_file(env_file, env_text(env), 0o600)
+    write_file(unit_path, unit_text(roost_executable(), args, env_file), 0o644)
     done = [f"wrote {unit_path}", f"wrote {env_file} (mode 600)"]
     if not start:
         done.append(f"not started: systemctl --user daemon-reload && systemctl --user enable --now {UNIT}")

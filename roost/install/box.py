@@ -28,6 +28,7 @@ from roost.install.layout import (
     monitor_up_args,
     prefect_server_files,
     results_files,
+    warm_unit,
     worker_command,
     worker_unit,
 )
@@ -281,7 +282,7 @@ def uninstall(box: Box, report: Report, *, purge: bool) -> Outcome:
         report(outcome.steps[-1])
 
     if system.systemd_running():
-        for unit in [RESULTS_UNIT, GATEWAY_UNIT, worker_unit(box.host), f"roost-warm@{box.host}.service", PREFECT_UNIT]:
+        for unit in [*reversed(box.units), warm_unit(box.host)]:
             done(unit, system.stop_unit(unit))
     removed = [p for p in box.unit_files if p.exists()]
     for p in removed:

@@ -50,8 +50,17 @@ ADMIN_KEY_NAME = "admin"
 MASK = "********"
 
 
+PREFECT_ENV = ETC / "prefect-server.env"
+"""The Prefect server's environment file (a later run reads the address an earlier one chose there)."""
+
+
 def worker_unit(host: str) -> str:
-    return f"roost-worker@{host}.service"
+    return WORKER_TEMPLATE.replace("@", f"@{host}")
+
+
+def warm_unit(host: str) -> str:
+    """``install-worker --warm-fork``'s server for the host's runs."""
+    return WARM_TEMPLATE.replace("@", f"@{host}")
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,7 @@ class Box:
 
     @property
     def prefect_env(self) -> Path:
-        return self.etc / "prefect-server.env"
+        return self.etc / PREFECT_ENV.name
 
     @property
     def gateway_env(self) -> Path:

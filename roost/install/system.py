@@ -14,7 +14,6 @@ import pwd
 import shlex
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Literal
 import httpx
 
 from roost.errors import RoostError, UserError
+from roost.gateway.install import write_file as atomic_mode_write
 from roost.install.layout import PG_DATABASE, PG_ROLE, BoxFile
 from roost.settings import child_env, environment
 
@@ -43,23 +43,15 @@ def one_line(text: str, limit: int = 300) -> str:
 
 
 def write_file(f: BoxFile, owner: str | None = None) -> Status:
-    """Write ``f`` atomically with its mode; ``unchanged`` when the file already holds the text and mode."""
+    """Write ``f`` atomically with its mode (owned by ``owner``); ``unchanged`` when it already holds the text and
+    mode."""
     path = f.path
     if path.is_file() and path.read_text(errors="replace") == f.text and (path.stat().st_mode & 0o777) == f.mode:
         return "unchanged"
     existed = path.exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        os.fchmod(fd, f.mode)
-        with os.fdopen(fd, "w") as out:
-            out.write(f.text)
-        if owner is not None:
-            chown(Path(tmp), owner)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_mode_write(path, f.text, f.mode)
+    if owner is not None:
+        chown(path, owner)
     return "updated" if existed else "created"
 
 
